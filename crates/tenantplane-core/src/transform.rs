@@ -1,0 +1,452 @@
+//! The toHost transform: a tenant object in, the host object tenantplane would write
+//! out. Works on any kind as JSON, so core kinds and custom resources share one path.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::kinds::{GroupKind, KindError, Scope, check_syncable};
+use crate::metadata::{
+    DROPPED_TENANT_ANNOTATIONS, ReverseMapping, merge_metadata, reverse_mapping,
+};
+use crate::names::{NameError, validate_namespace_name, validate_tenant_name};
+use crate::naming::{HostName, SourceName, host_name};
+use crate::provenance::SourceIdentity;
+
+/// Namespaces of the tenant cluster that are never synced.
+pub const SYSTEM_NAMESPACES: &[&str] = &["kube-system", "kube-public", "kube-node-lease"];
+
+/// Whether a virtual namespace is a tenant system namespace.
+pub fn is_system_namespace(namespace: &str) -> bool {
+    SYSTEM_NAMESPACES.contains(&namespace)
+}
+
+/// Metadata fields the API server populates or the host owns; never copied.
+const STRIPPED_METADATA: &[&str] = &[
+    "resourceVersion",
+    "uid",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "ownerReferences",
+    "finalizers",
+    "selfLink",
+    "generateName",
+];
+
+/// One TenantCluster as the transform sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantTarget {
+    /// The TenantCluster's name.
+    pub tenant: String,
+    /// The host namespace its objects land in (the TenantCluster's namespace).
+    pub host_namespace: String,
+}
+
+impl TenantTarget {
+    /// Checks both names before anything is derived from them.
+    pub fn new(
+        tenant: impl Into<String>,
+        host_namespace: impl Into<String>,
+    ) -> Result<Self, TransformError> {
+        let target = Self {
+            tenant: tenant.into(),
+            host_namespace: host_namespace.into(),
+        };
+        validate_tenant_name(&target.tenant).map_err(|error| TransformError::InvalidName {
+            field: "tenant",
+            error,
+        })?;
+        validate_namespace_name(&target.host_namespace).map_err(|error| {
+            TransformError::InvalidName {
+                field: "host namespace",
+                error,
+            }
+        })?;
+        Ok(target)
+    }
+}
+
+/// Where a tenant object lands and what it is stamped with: everything about the host
+/// object that does not depend on the object's content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub group_kind: GroupKind,
+    pub virtual_namespace: String,
+    pub virtual_name: String,
+    pub host_namespace: String,
+    pub host_name: HostName,
+    pub metadata: ReverseMapping,
+}
+
+impl Placement {
+    pub fn source_identity(&self, tenant: &str, uid: Option<&str>) -> SourceIdentity {
+        SourceIdentity {
+            tenant: tenant.to_owned(),
+            virtual_namespace: self.virtual_namespace.clone(),
+            name: self.virtual_name.clone(),
+            group_kind: self.group_kind.clone(),
+            uid: uid.map(str::to_owned),
+        }
+    }
+}
+
+/// Why a tenant object cannot be placed on the host. Every variant is a clear
+/// refusal of tenant input, never a panic.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TransformError {
+    /// The name error is part of the message (not a `source`), so it is said once.
+    #[error("invalid {field}: {error}")]
+    InvalidName {
+        field: &'static str,
+        error: NameError,
+    },
+    #[error(transparent)]
+    Kind(#[from] KindError),
+    #[error("{namespace} is a tenant system namespace; its objects are never synced")]
+    SystemNamespace { namespace: String },
+    #[error("the object is not a JSON object with {field}")]
+    Malformed { field: &'static str },
+    #[error("the object is a {actual}, but the sync was for {expected}")]
+    KindMismatch {
+        expected: GroupKind,
+        actual: GroupKind,
+    },
+}
+
+/// Where a tenant object of `group_kind` named `virtual_namespace/name` lands. Used
+/// as is by `tenantplane explain-sync`, and by [`to_host`] in the engine.
+pub fn place(
+    target: &TenantTarget,
+    group_kind: &GroupKind,
+    scope: Scope,
+    virtual_namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<Placement, TransformError> {
+    check_syncable(group_kind, scope)?;
+    validate_namespace_name(virtual_namespace).map_err(|error| TransformError::InvalidName {
+        field: "virtual namespace",
+        error,
+    })?;
+    if is_system_namespace(virtual_namespace) {
+        return Err(TransformError::SystemNamespace {
+            namespace: virtual_namespace.to_owned(),
+        });
+    }
+    group_kind
+        .name_rule()
+        .validate(name)
+        .map_err(|error| TransformError::InvalidName {
+            field: "name",
+            error,
+        })?;
+    let source = SourceName {
+        name,
+        virtual_namespace,
+        tenant: &target.tenant,
+    };
+    Ok(Placement {
+        group_kind: group_kind.clone(),
+        virtual_namespace: virtual_namespace.to_owned(),
+        virtual_name: name.to_owned(),
+        host_namespace: target.host_namespace.clone(),
+        host_name: host_name(&source),
+        metadata: reverse_mapping(&source, group_kind, uid),
+    })
+}
+
+/// The host object for a tenant object: a deep copy renamed and re-namespaced, with
+/// reverse-mapping metadata merged over the tenant's own (reserved keys replaced),
+/// and every server-populated or host-owned field stripped.
+pub fn to_host(
+    target: &TenantTarget,
+    group_kind: &GroupKind,
+    scope: Scope,
+    tenant_object: &Value,
+) -> Result<(Placement, Value), TransformError> {
+    let object = tenant_object
+        .as_object()
+        .ok_or(TransformError::Malformed { field: "metadata" })?;
+    let api_version = str_field(object, "apiVersion")?;
+    let kind = str_field(object, "kind")?;
+    let actual = GroupKind::from_api_version(api_version, kind)?;
+    if &actual != group_kind {
+        return Err(TransformError::KindMismatch {
+            expected: group_kind.clone(),
+            actual,
+        });
+    }
+    let meta = object
+        .get("metadata")
+        .and_then(Value::as_object)
+        .ok_or(TransformError::Malformed { field: "metadata" })?;
+    let name = str_field(meta, "name").map_err(|_| TransformError::Malformed {
+        field: "metadata.name",
+    })?;
+    let namespace = str_field(meta, "namespace").map_err(|_| TransformError::Malformed {
+        field: "metadata.namespace",
+    })?;
+    let uid = meta.get("uid").and_then(Value::as_str);
+    let placement = place(target, group_kind, scope, namespace, name, uid)?;
+
+    let mut host = object.clone();
+    host.remove("status");
+    let mut host_meta = meta.clone();
+    for field in STRIPPED_METADATA {
+        host_meta.remove(*field);
+    }
+    host_meta.insert(
+        "name".into(),
+        Value::String(placement.host_name.name.clone()),
+    );
+    host_meta.insert(
+        "namespace".into(),
+        Value::String(placement.host_namespace.clone()),
+    );
+    let labels = merge_metadata(
+        &string_map(meta.get("labels")),
+        &placement.metadata.labels,
+        &[],
+    );
+    let annotations = merge_metadata(
+        &string_map(meta.get("annotations")),
+        &placement.metadata.annotations,
+        DROPPED_TENANT_ANNOTATIONS,
+    );
+    host_meta.insert("labels".into(), map_value(labels));
+    host_meta.insert("annotations".into(), map_value(annotations));
+    host.insert("metadata".into(), Value::Object(host_meta));
+    strip_kind_specific(group_kind, &mut host);
+    Ok((placement, Value::Object(host)))
+}
+
+fn str_field<'a>(
+    object: &'a Map<String, Value>,
+    field: &'static str,
+) -> Result<&'a str, TransformError> {
+    object
+        .get(field)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or(TransformError::Malformed { field })
+}
+
+fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
+    value
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn map_value(map: BTreeMap<String, String>) -> Value {
+    Value::Object(
+        map.into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect(),
+    )
+}
+
+/// Fields of particular kinds that the host allocates (Service IPs and node ports),
+/// decides (a Pod's node, a PVC's volume) or the tenant's API server generated.
+fn strip_kind_specific(group_kind: &GroupKind, host: &mut Map<String, Value>) {
+    let Some(spec) = host.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match (group_kind.group.as_str(), group_kind.kind.as_str()) {
+        ("", "Service") => {
+            // A headless Service's "None" is the tenant's choice, not an allocation.
+            let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
+            if !headless {
+                spec.remove("clusterIP");
+                spec.remove("clusterIPs");
+            }
+            spec.remove("healthCheckNodePort");
+            if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+                for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                    port.remove("nodePort");
+                }
+            }
+        }
+        ("", "Pod") => {
+            spec.remove("nodeName");
+        }
+        ("", "PersistentVolumeClaim") => {
+            spec.remove("volumeName");
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn dev() -> TenantTarget {
+        TenantTarget::new("dev", "team-dev").unwrap()
+    }
+
+    #[test]
+    fn a_configmap_is_renamed_stamped_and_stripped() {
+        let tenant = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "app.config",
+                "namespace": "default",
+                "uid": "0b1c",
+                "resourceVersion": "42",
+                "generation": 3,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "managedFields": [{"manager": "kubectl"}],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "x"}],
+                "finalizers": ["example.com/f"],
+                "labels": {"app": "web", "tenantplane.io/tenant": "prod"},
+                "annotations": {
+                    "note": "kept",
+                    "tenantplane.io/virtual-name": "forged",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}"
+                }
+            },
+            "data": {"k": "v"}
+        });
+        let (placement, host) = to_host(
+            &dev(),
+            &GroupKind::new("", "ConfigMap"),
+            Scope::Namespaced,
+            &tenant,
+        )
+        .unwrap();
+        assert_eq!(placement.host_name.name, "app.config-x-default-x-dev");
+        assert_eq!(
+            host,
+            json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": "app.config-x-default-x-dev",
+                    "namespace": "team-dev",
+                    "labels": {
+                        "app": "web",
+                        "app.kubernetes.io/managed-by": "tenantplane",
+                        "tenantplane.io/kind": "ConfigMap",
+                        "tenantplane.io/tenant": "dev",
+                        "tenantplane.io/virtual-namespace": "default"
+                    },
+                    "annotations": {
+                        "note": "kept",
+                        "tenantplane.io/virtual-group-kind": "ConfigMap",
+                        "tenantplane.io/virtual-name": "app.config",
+                        "tenantplane.io/virtual-namespace": "default",
+                        "tenantplane.io/virtual-uid": "0b1c"
+                    }
+                },
+                "data": {"k": "v"}
+            })
+        );
+    }
+
+    #[test]
+    fn service_allocations_are_stripped_but_headless_is_kept() {
+        let svc = |cluster_ip: &str| {
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {
+                    "clusterIP": cluster_ip, "clusterIPs": [cluster_ip], "type": "NodePort",
+                    "healthCheckNodePort": 31000,
+                    "ports": [{"port": 80, "nodePort": 30080}]
+                },
+                "status": {"loadBalancer": {}}
+            })
+        };
+        let gk = GroupKind::new("", "Service");
+        let (_, host) = to_host(&dev(), &gk, Scope::Namespaced, &svc("10.0.0.7")).unwrap();
+        assert_eq!(
+            host["spec"],
+            json!({"type": "NodePort", "ports": [{"port": 80}]})
+        );
+        assert!(host.get("status").is_none());
+        let (_, host) = to_host(&dev(), &gk, Scope::Namespaced, &svc("None")).unwrap();
+        assert_eq!(host["spec"]["clusterIP"], "None");
+    }
+
+    #[test]
+    fn pod_node_is_stripped() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"nodeName": "tenant-node", "containers": [{"name": "c", "image": "nginx"}]}
+        });
+        let (_, host) =
+            to_host(&dev(), &GroupKind::new("", "Pod"), Scope::Namespaced, &pod).unwrap();
+        assert!(host["spec"].get("nodeName").is_none());
+        assert_eq!(host["spec"]["containers"][0]["image"], "nginx");
+    }
+
+    #[test]
+    fn bad_input_is_a_clear_error() {
+        let gk = GroupKind::new("", "ConfigMap");
+        let cases = [
+            (json!([]), "JSON object"),
+            (json!({"apiVersion": "v1", "kind": "ConfigMap"}), "metadata"),
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default"}}),
+                "metadata.name",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
+                "metadata.namespace",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a", "namespace": "d"}}),
+                "Secret",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "A", "namespace": "d"}}),
+                "DNS-1123 subdomain",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "kube-system"}}),
+                "system namespace",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 7, "namespace": "d"}}),
+                "metadata.name",
+            ),
+        ];
+        for (input, expect) in cases {
+            let err = to_host(&dev(), &gk, Scope::Namespaced, &input)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expect), "{input}: {err}");
+        }
+        let pv = json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "a", "namespace": "d"}});
+        let err = to_host(
+            &dev(),
+            &GroupKind::new("", "PersistentVolume"),
+            Scope::Cluster,
+            &pv,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, TransformError::Kind(KindError::ClusterScoped { .. })),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn targets_are_validated() {
+        assert!(TenantTarget::new("Dev", "team-dev").is_err());
+        assert!(TenantTarget::new("dev", "team_dev").is_err());
+        assert!(TenantTarget::new("", "team-dev").is_err());
+    }
+}

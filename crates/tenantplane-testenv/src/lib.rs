@@ -1,0 +1,66 @@
+//! Real Kubernetes control-plane processes for tests and the local playground.
+//!
+//! [`TestEnv::start`] starts one etcd; [`TestEnv::start_apiserver`] starts any number
+//! of `kube-apiserver`s on it, each with its own `--etcd-prefix`, free loopback port,
+//! certificates and token users, and waits for `/readyz`. Every process is killed
+//! when its handle drops (also while a test panics), and, through
+//! `PR_SET_PDEATHSIG`, when the test process dies without unwinding.
+//!
+//! Binaries come from `KUBEBUILDER_ASSETS` (the envtest convention) or from the cache
+//! `scripts/test-apiserver.sh` builds; see [`Assets::locate`].
+
+mod assets;
+mod certs;
+mod metrics;
+mod process;
+mod server;
+
+pub use assets::Assets;
+pub use certs::{CertError, TestCa};
+pub use metrics::{RequestCounts, parse_request_counts};
+pub use server::{ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser};
+
+/// Everything that can go wrong starting or talking to the test control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "no test API server binaries: {0}. Run scripts/test-apiserver.sh (it builds them once) \
+         or set KUBEBUILDER_ASSETS to a directory holding etcd and kube-apiserver"
+    )]
+    NoAssets(String),
+    #[error("could not {action}: {source}")]
+    Io {
+        action: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{process} exited before it was ready ({status}); last log lines:\n{log_tail}")]
+    Exited {
+        process: String,
+        status: String,
+        log_tail: String,
+    },
+    #[error("{process} was not ready within {seconds}s; last log lines:\n{log_tail}")]
+    NotReady {
+        process: String,
+        seconds: u64,
+        log_tail: String,
+    },
+    #[error(transparent)]
+    Cert(#[from] CertError),
+    #[error("kubeconfig for {server}: {message}")]
+    Kubeconfig { server: String, message: String },
+    #[error("request to {server} failed: {source}")]
+    Kube {
+        server: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Io { action, source }
+}

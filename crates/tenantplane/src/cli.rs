@@ -1,0 +1,82 @@
+//! Command-line interface.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tenantplane_core::explain::{ExplainRequest, explain};
+
+use crate::output::{self, Format};
+use crate::render::{self, RenderTarget};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tenantplane",
+    version,
+    about = "Multi-tenancy control plane for Kubernetes"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Predict, offline, where a tenant object lands on the host and what it is stamped with.
+    ExplainSync(ExplainSyncArgs),
+    /// Print a tenantplane resource, ready for `kubectl apply -f -`.
+    Render {
+        #[command(subcommand)]
+        target: RenderTarget,
+    },
+    /// Print every tenantplane CRD as one YAML stream.
+    Crds,
+    /// Print the version.
+    Version,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainSyncArgs {
+    /// The TenantCluster's name.
+    #[arg(long)]
+    pub tenant: String,
+    /// The TenantCluster's namespace on the host.
+    #[arg(long)]
+    pub tenant_namespace: String,
+    /// The tenant object's name.
+    #[arg(long)]
+    pub name: String,
+    /// The tenant object's namespace inside the tenant cluster.
+    #[arg(long, default_value = "default")]
+    pub virtual_namespace: String,
+    #[arg(long, default_value = "Pod")]
+    pub kind: String,
+    #[arg(long, default_value = "v1")]
+    pub api_version: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
+    pub output: Format,
+}
+
+/// Runs a command and returns what it prints on stdout.
+pub fn run(cli: Cli) -> anyhow::Result<String> {
+    match cli.command {
+        Command::ExplainSync(args) => {
+            let request = ExplainRequest {
+                tenant: args.tenant,
+                tenant_namespace: args.tenant_namespace,
+                virtual_namespace: args.virtual_namespace,
+                name: args.name,
+                api_version: args.api_version,
+                kind: args.kind,
+            };
+            let explanation = explain(&request)?;
+            output::render(&explanation, args.output)
+        }
+        Command::Render { target } => render::run(target),
+        Command::Crds => tenantplane_api::crds_yaml().context("rendering CRDs"),
+        Command::Version => Ok(format!(
+            "tenantplane {} (API {}/{})\n",
+            env!("CARGO_PKG_VERSION"),
+            tenantplane_api::GROUP,
+            tenantplane_api::VERSION
+        )),
+    }
+}

@@ -1,0 +1,38 @@
+//! The `tenantplane` binary: offline CLI today; controller and webhook server join it.
+
+mod cli;
+mod output;
+mod render;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cli::run(cli) {
+        Ok(text) => {
+            // Print only after everything succeeded, so a failure never leaves half a
+            // document for `kubectl apply -f -` to act on.
+            let mut stdout = std::io::stdout().lock();
+            match stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                // A closed pipe (`| head`) is not worth a second error line.
+                Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: writing output: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(err) => {
+            // One line: the error and its causes, joined.
+            eprintln!("error: {}", format!("{err:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}

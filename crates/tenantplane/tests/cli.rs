@@ -1,0 +1,262 @@
+//! The offline CLI as a user runs it: real process, real stdout, stderr and exit code.
+
+// Tests assert by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output};
+
+fn tenantplane(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+        .args(args)
+        .output()
+        .expect("run tenantplane")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("utf-8 stdout")
+}
+
+#[test]
+fn explain_sync_predicts_the_seed_example() {
+    let out = tenantplane(&[
+        "explain-sync",
+        "--tenant",
+        "dev",
+        "--tenant-namespace",
+        "team-dev",
+        "--name",
+        "nginx",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    for line in [
+        "  namespace: team-dev\n  name: nginx-x-default-x-dev\n",
+        "  app.kubernetes.io/managed-by: tenantplane\n",
+        "  tenantplane.io/tenant: dev\n",
+        "  tenantplane.io/virtual-namespace: default\n",
+        "  tenantplane.io/kind: Pod\n",
+        "  tenantplane.io/virtual-name: nginx\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert!(out.stderr.is_empty());
+}
+
+#[test]
+fn explain_sync_json_is_machine_readable() {
+    let out = tenantplane(&[
+        "explain-sync",
+        "--tenant",
+        "dev",
+        "--tenant-namespace",
+        "team-dev",
+        "--name",
+        "app.config",
+        "--kind",
+        "ConfigMap",
+        "--virtual-namespace",
+        "web",
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let value: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(value["hostResource"]["name"], "app.config-x-web-x-dev");
+    assert_eq!(value["hostResource"]["kind"], "ConfigMap");
+    assert_eq!(
+        value["annotations"]["tenantplane.io/virtual-name"],
+        "app.config"
+    );
+}
+
+#[test]
+fn long_and_ambiguous_names_are_hashed() {
+    let long = "a".repeat(200);
+    let out = tenantplane(&[
+        "explain-sync",
+        "--tenant",
+        "dev",
+        "--tenant-namespace",
+        "team-dev",
+        "--name",
+        &long,
+        "-o",
+        "json",
+    ]);
+    let value: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let name = value["hostResource"]["name"].as_str().unwrap();
+    assert!(
+        name.len() <= 63 && value["hostResource"]["hashed"] == true,
+        "{name}"
+    );
+    assert_eq!(
+        value["annotations"]["tenantplane.io/virtual-name"],
+        long.as_str()
+    );
+
+    let a = tenantplane(&[
+        "explain-sync",
+        "--tenant",
+        "t",
+        "--tenant-namespace",
+        "h",
+        "--name",
+        "a-x-b",
+        "--virtual-namespace",
+        "c",
+        "-o",
+        "json",
+    ]);
+    let b = tenantplane(&[
+        "explain-sync",
+        "--tenant",
+        "t",
+        "--tenant-namespace",
+        "h",
+        "--name",
+        "a",
+        "--virtual-namespace",
+        "b-x-c",
+        "-o",
+        "json",
+    ]);
+    let name = |o: &Output| {
+        serde_json::from_str::<serde_json::Value>(&stdout(o)).unwrap()["hostResource"]["name"]
+            .clone()
+    };
+    assert_ne!(name(&a), name(&b));
+}
+
+/// `explain-sync` arguments for `tenant`, `tenant_namespace` and `name`, then `extra`.
+fn explain_args<'a>(
+    tenant: &'a str,
+    tenant_namespace: &'a str,
+    name: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "explain-sync",
+        "--tenant",
+        tenant,
+        "--tenant-namespace",
+        tenant_namespace,
+        "--name",
+        name,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn invalid_input_is_one_line_on_stderr_and_nothing_on_stdout() {
+    let too_long_tenant = "t".repeat(41);
+    let cases: Vec<Vec<&str>> = vec![
+        explain_args("dev", "team-dev", "", &[]),
+        explain_args("Dev", "team-dev", "x", &[]),
+        explain_args("dev", "team_dev", "x", &[]),
+        explain_args("dev", "team-dev", "x", &["--kind", "Namespace"]),
+        explain_args("dev", "team-dev", "1svc", &["--kind", "Service"]),
+        explain_args("dev", "team-dev", "x", &["--api-version", "a/b/c"]),
+        explain_args(&too_long_tenant, "team-dev", "x", &[]),
+        vec!["render", "isolationprofile", "strict"],
+        vec!["render", "isolationprofile", "mine", "--level", "paranoid"],
+        vec!["render", "tenantcluster", "Dev"],
+        vec![
+            "render",
+            "tenantcluster",
+            "dev",
+            "--kubernetes-version",
+            "1.31",
+        ],
+        vec!["render", "syncpolicy", "not/valid"],
+    ];
+    for args in &cases {
+        let out = tenantplane(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn system_namespaces_are_explained_as_skipped() {
+    let out = tenantplane(&[
+        "explain-sync",
+        "--tenant",
+        "dev",
+        "--tenant-namespace",
+        "team-dev",
+        "--name",
+        "coredns",
+        "--virtual-namespace",
+        "kube-system",
+    ]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(text.contains("action: Skip"), "{text}");
+    assert!(!text.contains("hostResource"), "{text}");
+}
+
+#[test]
+fn render_prints_the_built_in_levels() {
+    for (level, pss, runtime) in [
+        ("baseline", "baseline", None),
+        ("restricted", "restricted", None),
+        ("sandboxed", "restricted", Some("kata-qemu")),
+    ] {
+        let out = tenantplane(&["render", "isolationprofile", level, "-o", "json"]);
+        assert!(out.status.success());
+        let profile: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+        assert_eq!(profile["spec"]["level"], level);
+        assert_eq!(profile["spec"]["controls"]["podSecurity"], pss);
+        assert_eq!(
+            profile["spec"]["controls"]["runtimeClassName"].as_str(),
+            runtime
+        );
+        assert_eq!(profile["spec"]["controls"]["blockHostPathVolumes"], true);
+    }
+    let out = tenantplane(&[
+        "render",
+        "tenantcluster",
+        "dev",
+        "-n",
+        "team-dev",
+        "--profile",
+        "sandboxed",
+        "--kubeconfig-secret",
+        "dev-kc",
+        "-o",
+        "json",
+    ]);
+    let tc: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(tc["metadata"]["namespace"], "team-dev");
+    assert_eq!(tc["spec"]["isolationProfileRef"]["name"], "sandboxed");
+    assert_eq!(
+        tc["spec"]["controlPlane"]["external"]["kubeconfigSecretRef"]["name"],
+        "dev-kc"
+    );
+}
+
+#[test]
+fn crds_command_matches_the_committed_yaml() {
+    let out = tenantplane(&["crds"]);
+    assert!(out.status.success());
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/crds/tenantplane.io.yaml"
+    ))
+    .expect("deploy/crds/tenantplane.io.yaml");
+    assert!(
+        stdout(&out) == committed,
+        "deploy/crds/tenantplane.io.yaml is stale: run scripts/update-crds.sh and commit the result"
+    );
+}
+
+#[test]
+fn version_names_the_api() {
+    let out = tenantplane(&["version"]);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("tenantplane.io/v1alpha1"));
+}

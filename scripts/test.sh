@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this):
+#   1. provide etcd + kube-apiserver + kube-controller-manager (built once, cached),
+#   2. formatting and lints,
+#   3. every test: unit, property, CLI, and integration tests on real API servers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "test API server binaries"
+KUBEBUILDER_ASSETS="$(scripts/test-apiserver.sh)"
+export KUBEBUILDER_ASSETS
+echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
