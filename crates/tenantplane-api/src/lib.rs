@@ -33,8 +33,8 @@ pub use sync_policy::{
 };
 pub use tenant_cluster::{
     ClusterMode, ControlPlane, Datastore, EgressPolicy, Expose, ExternalControlPlane, LoadBalancer,
-    Migration, Networking, ResourceLimits, Storage, TenantCluster, TenantClusterPhase,
-    TenantClusterSpec, TenantClusterStatus,
+    Migration, Networking, ResourceLimits, Storage, SyncedResource, TenantCluster,
+    TenantClusterPhase, TenantClusterSpec, TenantClusterStatus,
 };
 
 /// The API group of every tenantplane resource.

@@ -264,6 +264,18 @@ pub struct TenantClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// Every kind ever synced to the host for this tenant, so deleting the
+    /// TenantCluster removes their host copies even after a kind left the SyncPolicy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub synced_resources: Vec<SyncedResource>,
+}
+
+/// A kind with host copies.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncedResource {
+    pub api_version: String,
+    pub kind: String,
 }
 
 /// Lifecycle phase of a TenantCluster.

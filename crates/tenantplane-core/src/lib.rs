@@ -2,10 +2,12 @@
 //! no I/O. The offline CLI and the running engine call the same functions, so a
 //! prediction and the engine's action cannot drift apart.
 
+pub mod compare;
 pub mod explain;
 pub mod kinds;
 pub mod metadata;
 pub mod names;
 pub mod naming;
+pub mod plan;
 pub mod provenance;
 pub mod transform;

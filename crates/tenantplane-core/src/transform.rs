@@ -21,6 +21,17 @@ pub fn is_system_namespace(namespace: &str) -> bool {
     SYSTEM_NAMESPACES.contains(&namespace)
 }
 
+/// Objects every tenant API server makes for itself; the host has its own.
+pub fn is_tenant_infrastructure(group_kind: &GroupKind, namespace: &str, name: &str) -> bool {
+    match (group_kind.group.as_str(), group_kind.kind.as_str()) {
+        // The tenant API server's own Service and Endpoints.
+        ("", "Service" | "Endpoints") => namespace == "default" && name == "kubernetes",
+        // The tenant's cluster CA, published into every namespace.
+        ("", "ConfigMap") => name == "kube-root-ca.crt",
+        _ => false,
+    }
+}
+
 /// Metadata fields the API server populates or the host owns; never copied.
 const STRIPPED_METADATA: &[&str] = &[
     "resourceVersion",
@@ -34,6 +45,14 @@ const STRIPPED_METADATA: &[&str] = &[
     "finalizers",
     "selfLink",
     "generateName",
+];
+
+/// Labels the API server puts on a Job's pod template, derived from the Job's UID.
+const JOB_GENERATED_LABELS: &[&str] = &[
+    "controller-uid",
+    "job-name",
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-name",
 ];
 
 /// One TenantCluster as the transform sees it.
@@ -107,6 +126,12 @@ pub enum TransformError {
     Kind(#[from] KindError),
     #[error("{namespace} is a tenant system namespace; its objects are never synced")]
     SystemNamespace { namespace: String },
+    #[error("{namespace}/{name} is the tenant API server's own {kind}; the host has its own")]
+    TenantInfrastructure {
+        kind: String,
+        namespace: String,
+        name: String,
+    },
     #[error("the object is not a JSON object with {field}")]
     Malformed { field: &'static str },
     #[error("the object is a {actual}, but the sync was for {expected}")]
@@ -134,6 +159,13 @@ pub fn place(
     if is_system_namespace(virtual_namespace) {
         return Err(TransformError::SystemNamespace {
             namespace: virtual_namespace.to_owned(),
+        });
+    }
+    if is_tenant_infrastructure(group_kind, virtual_namespace, name) {
+        return Err(TransformError::TenantInfrastructure {
+            kind: group_kind.to_string(),
+            namespace: virtual_namespace.to_owned(),
+            name: name.to_owned(),
         });
     }
     group_kind
@@ -234,7 +266,8 @@ fn str_field<'a>(
         .ok_or(TransformError::Malformed { field })
 }
 
-fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
+/// A JSON map of strings (labels, annotations) as a `BTreeMap`; non-strings dropped.
+pub(crate) fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
     value
         .and_then(Value::as_object)
         .map(|m| {
@@ -279,6 +312,20 @@ fn strip_kind_specific(group_kind: &GroupKind, host: &mut Map<String, Value>) {
         }
         ("", "PersistentVolumeClaim") => {
             spec.remove("volumeName");
+        }
+        // The tenant's API server generated the selector from the tenant Job's UID;
+        // the host generates its own (unless the tenant chose one).
+        ("batch", "Job") if spec.get("manualSelector").and_then(Value::as_bool) != Some(true) => {
+            spec.remove("selector");
+            let labels = spec
+                .get_mut("template")
+                .and_then(|t| t.pointer_mut("/metadata/labels"))
+                .and_then(Value::as_object_mut);
+            if let Some(labels) = labels {
+                for key in JOB_GENERATED_LABELS {
+                    labels.remove(*key);
+                }
+            }
         }
         _ => {}
     }
@@ -393,6 +440,33 @@ mod tests {
     }
 
     #[test]
+    fn generated_job_selectors_are_stripped() {
+        let job = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "default"},
+            "spec": {
+                "selector": {"matchLabels": {"controller-uid": "t-uid"}},
+                "template": {"metadata": {"labels": {"controller-uid": "t-uid", "job-name": "j", "app": "x"}},
+                             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+            }
+        });
+        let gk = GroupKind::new("batch", "Job");
+        let (_, host) = to_host(&dev(), &gk, Scope::Namespaced, &job).unwrap();
+        assert!(host["spec"].get("selector").is_none());
+        assert_eq!(
+            host["spec"]["template"]["metadata"]["labels"],
+            json!({"app": "x"})
+        );
+        let mut manual = job.clone();
+        manual["spec"]["manualSelector"] = json!(true);
+        let (_, host) = to_host(&dev(), &gk, Scope::Namespaced, &manual).unwrap();
+        assert!(
+            host["spec"].get("selector").is_some(),
+            "a manual selector is the tenant's choice"
+        );
+    }
+
+    #[test]
     fn bad_input_is_a_clear_error() {
         let gk = GroupKind::new("", "ConfigMap");
         let cases = [
@@ -441,6 +515,30 @@ mod tests {
             matches!(err, TransformError::Kind(KindError::ClusterScoped { .. })),
             "{err}"
         );
+    }
+
+    #[test]
+    fn tenant_infrastructure_is_not_synced() {
+        let cases = [
+            ("", "Service", "default", "kubernetes", true),
+            ("", "Endpoints", "default", "kubernetes", true),
+            ("", "ConfigMap", "web", "kube-root-ca.crt", true),
+            ("", "Service", "web", "kubernetes", false),
+            ("", "ConfigMap", "default", "kubernetes", false),
+        ];
+        for (group, kind, ns, name, skipped) in cases {
+            let gk = GroupKind::new(group, kind);
+            assert_eq!(
+                is_tenant_infrastructure(&gk, ns, name),
+                skipped,
+                "{kind} {ns}/{name}"
+            );
+            let result = place(&dev(), &gk, Scope::Namespaced, ns, name, None);
+            assert_eq!(
+                matches!(result, Err(TransformError::TenantInfrastructure { .. })),
+                skipped
+            );
+        }
     }
 
     #[test]

@@ -84,3 +84,15 @@ async fn users_are_authenticated_and_subject_to_rbac() {
         "unknown users have no kubeconfig"
     );
 }
+
+#[tokio::test]
+async fn an_idle_server_writes_nothing() {
+    let env = TestEnv::start().await.expect("etcd");
+    let server = env.start_apiserver("idle").await.expect("apiserver");
+    let before = server.request_counts().await.unwrap();
+    // The server's own periodic loops run every 10s; watch a little longer than that.
+    tokio::time::sleep(std::time::Duration::from_secs(12)).await; // asserting that nothing happens
+    let after = server.request_counts().await.unwrap();
+    let writes = after.since(&before);
+    assert_eq!(writes.writes(None), 0, "the idle server wrote: {writes:?}");
+}

@@ -1,0 +1,622 @@
+//! The TenantCluster controller: resolves a TenantCluster's references, connects to
+//! its API server, runs one sync engine per TenantCluster (restarted when what it
+//! was started from changes), reports status, and on deletion removes every host
+//! object it synced.
+//!
+//! Deletion never waits for the tenant API server: cleanup reads and deletes only
+//! host objects (found by label, checked by reverse lookup, deleted with a UID
+//! precondition), so a TenantCluster whose tenant server is gone is still removed.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, Preconditions,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::pinned_kind;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tenantplane_api::{
+    ClusterMode, ConditionType, IsolationProfile, SyncDecision, SyncPolicy, SyncedResource,
+    TenantCluster, TenantClusterPhase, TenantClusterStatus,
+};
+use tenantplane_core::compare::digest;
+use tenantplane_core::kinds::GroupKind;
+use tenantplane_core::metadata::host_selector;
+use tenantplane_core::provenance::reverse_lookup;
+use tenantplane_core::transform::TenantTarget;
+use tokio::sync::{Mutex, broadcast};
+use tokio_util::sync::CancellationToken;
+
+use crate::decisions::{MANAGER, RecorderConfig, TenantDecision, start_recorder};
+use crate::engine::{Engine, EngineSpec, KindState};
+use crate::metrics::{Metrics, ResultLabels};
+
+/// Holds the TenantCluster until its host objects are gone.
+pub const FINALIZER: &str = "tenantplane.io/cleanup";
+const TENANT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Errors of one reconcile; each is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("host API request failed: {0}")]
+    Host(#[from] kube::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+    #[error("TenantCluster has no namespace")]
+    NoNamespace,
+}
+
+/// What the controller is run with.
+pub struct ControllerConfig {
+    pub host: Client,
+    pub metrics: Arc<Metrics>,
+    /// Every decision of every engine is also sent here (`tenantplane up` prints them).
+    pub decisions: broadcast::Sender<TenantDecision>,
+    /// Names this replica on Events.
+    pub instance: String,
+    /// Concurrent host writers per synced kind.
+    pub workers: usize,
+}
+
+struct RunningEngine {
+    fingerprint: String,
+    engine: Engine,
+    recorder: tokio::task::JoinHandle<()>,
+    endpoint: String,
+}
+
+struct Context {
+    config: ControllerConfig,
+    engines: Mutex<HashMap<(String, String), RunningEngine>>,
+}
+
+/// Runs the controller until `shutdown` fires; then stops every engine.
+pub async fn run(config: ControllerConfig, shutdown: CancellationToken) {
+    let host = config.host.clone();
+    let tcs: Api<TenantCluster> = Api::all(host.clone());
+    let ctx = Arc::new(Context {
+        config,
+        engines: Mutex::new(HashMap::new()),
+    });
+    let controller = Controller::new(tcs, watcher::Config::default());
+    let store = controller.store();
+    let by_policy = store.clone();
+    let by_profile = store;
+    let graceful = shutdown.clone();
+    controller
+        .watches(
+            Api::<SyncPolicy>::all(host.clone()),
+            watcher::Config::default(),
+            move |policy| {
+                let name = policy.name_any();
+                by_policy
+                    .state()
+                    .into_iter()
+                    .filter(|tc| tc.spec.sync_policy_ref.name == name)
+                    .map(|tc| kube::runtime::reflector::ObjectRef::from_obj(&*tc))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            Api::<IsolationProfile>::all(host),
+            watcher::Config::default(),
+            move |profile| {
+                let name = profile.name_any();
+                by_profile
+                    .state()
+                    .into_iter()
+                    .filter(|tc| tc.spec.isolation_profile_ref.name == name)
+                    .map(|tc| kube::runtime::reflector::ObjectRef::from_obj(&*tc))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(async move { graceful.cancelled().await })
+        .run(reconcile, error_policy, Arc::clone(&ctx))
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    let mut engines = ctx.engines.lock().await;
+    for (_, running) in engines.drain() {
+        stop(running).await;
+    }
+}
+
+async fn stop(running: RunningEngine) {
+    running.engine.stop().await;
+    // The recorder ends (after a last flush) once the engine's senders are dropped.
+    let _ = running.recorder.await;
+}
+
+fn error_policy(_tc: Arc<TenantCluster>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.config
+        .metrics
+        .reconciles
+        .get_or_create(&ResultLabels { result: "error" })
+        .inc();
+    tracing::warn!(error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(tc: Arc<TenantCluster>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let namespace = tc.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let api: Api<TenantCluster> = Api::namespaced(ctx.config.host.clone(), &namespace);
+    let result = finalizer(&api, FINALIZER, tc, |event| async {
+        match event {
+            FinalizerEvent::Apply(tc) => apply(&tc, &ctx).await,
+            FinalizerEvent::Cleanup(tc) => cleanup(&tc, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(err)
+        | kube::runtime::finalizer::Error::CleanupFailed(err) => err,
+        other => ReconcileError::Finalizer(other.to_string()),
+    });
+    let label = if result.is_ok() { "ok" } else { "error" };
+    ctx.config
+        .metrics
+        .reconciles
+        .get_or_create(&ResultLabels { result: label })
+        .inc();
+    result
+}
+
+/// A problem that keeps the tenant from syncing: the condition reason and message.
+struct Blocker {
+    reason: &'static str,
+    message: String,
+}
+
+struct Resolved {
+    policy: SyncPolicy,
+    profile: IsolationProfile,
+    tenant: Client,
+    endpoint: String,
+    secret_version: String,
+}
+
+async fn resolve(
+    tc: &TenantCluster,
+    namespace: &str,
+    host: &Client,
+) -> Result<Result<Resolved, Blocker>, ReconcileError> {
+    let profiles: Api<IsolationProfile> = Api::all(host.clone());
+    let Some(profile) = profiles
+        .get_opt(&tc.spec.isolation_profile_ref.name)
+        .await?
+    else {
+        return Ok(Err(Blocker {
+            reason: "IsolationProfileNotFound",
+            message: format!(
+                "IsolationProfile {:?} does not exist: create it or change spec.isolationProfileRef",
+                tc.spec.isolation_profile_ref.name
+            ),
+        }));
+    };
+    let policies: Api<SyncPolicy> = Api::all(host.clone());
+    let Some(policy) = policies.get_opt(&tc.spec.sync_policy_ref.name).await? else {
+        return Ok(Err(Blocker {
+            reason: "SyncPolicyNotFound",
+            message: format!(
+                "SyncPolicy {:?} does not exist: create it or change spec.syncPolicyRef",
+                tc.spec.sync_policy_ref.name
+            ),
+        }));
+    };
+    let Some(external) = &tc.spec.control_plane.external else {
+        return Ok(Err(Blocker {
+            reason: "ControlPlaneNotProvisioned",
+            message: "provisioning a control plane is not implemented yet: set spec.controlPlane.external".into(),
+        }));
+    };
+    let secret_ref = &external.kubeconfig_secret_ref;
+    let secrets: Api<Secret> = Api::namespaced(host.clone(), namespace);
+    let Some(secret) = secrets.get_opt(&secret_ref.name).await? else {
+        return Ok(Err(Blocker {
+            reason: "KubeconfigSecretNotFound",
+            message: format!("Secret {namespace}/{} does not exist", secret_ref.name),
+        }));
+    };
+    let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(&secret_ref.key)) else {
+        return Ok(Err(Blocker {
+            reason: "KubeconfigKeyMissing",
+            message: format!(
+                "Secret {namespace}/{} has no key {:?}",
+                secret_ref.name, secret_ref.key
+            ),
+        }));
+    };
+    // Never log or report the kubeconfig itself: it holds credentials.
+    let invalid = |why: String| Blocker {
+        reason: "InvalidKubeconfig",
+        message: format!(
+            "Secret {namespace}/{} key {:?} is not a usable kubeconfig: {why}",
+            secret_ref.name, secret_ref.key
+        ),
+    };
+    let text = match std::str::from_utf8(&bytes.0) {
+        Ok(text) => text,
+        Err(_) => return Ok(Err(invalid("not UTF-8".into()))),
+    };
+    let kubeconfig = match Kubeconfig::from_yaml(text) {
+        Ok(k) => k,
+        Err(e) => return Ok(Err(invalid(e.to_string()))),
+    };
+    let config =
+        match kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await
+        {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(invalid(e.to_string()))),
+        };
+    let endpoint = config.cluster_url.to_string();
+    let tenant = match Client::try_from(config) {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(invalid(e.to_string()))),
+    };
+    match tokio::time::timeout(TENANT_TIMEOUT, tenant.apiserver_version()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            return Ok(Err(Blocker {
+                reason: "TenantUnreachable",
+                message: format!("the tenant API server at {endpoint} did not answer: {e}"),
+            }));
+        }
+        Err(_) => {
+            return Ok(Err(Blocker {
+                reason: "TenantUnreachable",
+                message: format!(
+                    "the tenant API server at {endpoint} did not answer within {TENANT_TIMEOUT:?}"
+                ),
+            }));
+        }
+    }
+    Ok(Ok(Resolved {
+        policy,
+        profile,
+        tenant,
+        endpoint,
+        secret_version: secret.resource_version().unwrap_or_default(),
+    }))
+}
+
+async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileError> {
+    let namespace = tc.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let name = tc.name_any();
+    let host = &ctx.config.host;
+    let key = (namespace.clone(), name.clone());
+    let resolved = resolve(tc, &namespace, host).await?;
+    let mut engines = ctx.engines.lock().await;
+    let mut status = tc.status.clone().unwrap_or_default();
+    let mut conditions = ConditionSet::new(&status.conditions, tc.metadata.generation);
+    match tc.spec.mode {
+        ClusterMode::Shared => conditions.set(
+            ConditionType::ModeSupported,
+            true,
+            "Shared",
+            "mode shared is implemented",
+        ),
+        other => conditions.set(
+            ConditionType::ModeSupported,
+            false,
+            "ReconciledAsShared",
+            &format!(
+                "mode {} is not implemented yet; the tenant is reconciled as shared",
+                other.as_str()
+            ),
+        ),
+    }
+    let requeue = match resolved {
+        Err(blocker) => {
+            // An unreachable tenant keeps its engine: its watches retry and it
+            // converges as soon as the server answers again.
+            if blocker.reason != "TenantUnreachable"
+                && let Some(running) = engines.remove(&key)
+            {
+                stop(running).await;
+            }
+            status.phase = Some(TenantClusterPhase::Degraded);
+            conditions.set(
+                ConditionType::Ready,
+                false,
+                blocker.reason,
+                &blocker.message,
+            );
+            conditions.set(
+                ConditionType::Synced,
+                false,
+                blocker.reason,
+                &blocker.message,
+            );
+            Duration::from_secs(10)
+        }
+        Ok(resolved) => {
+            let fingerprint = digest(&json!({
+                "policy": resolved.policy.spec,
+                "controls": resolved.profile.spec.effective_controls(),
+                "secret": resolved.secret_version,
+                "uid": tc.uid(),
+            }));
+            let restart = engines
+                .get(&key)
+                .is_none_or(|r| r.fingerprint != fingerprint);
+            if restart {
+                if let Some(old) = engines.remove(&key) {
+                    stop(old).await;
+                }
+                let target = TenantTarget::new(&name, &namespace)
+                    .map_err(|e| ReconcileError::Finalizer(e.to_string()))?;
+                let (sender, recorder) = start_recorder(RecorderConfig {
+                    host: host.clone(),
+                    namespace: namespace.clone(),
+                    tenant: name.clone(),
+                    tenant_uid: tc.uid().unwrap_or_default(),
+                    record: resolved.policy.spec.explain.record_decisions,
+                    retain: usize::try_from(resolved.policy.spec.explain.retain).unwrap_or(100),
+                    metrics: Arc::clone(&ctx.config.metrics),
+                    broadcast: ctx.config.decisions.clone(),
+                    instance: ctx.config.instance.clone(),
+                });
+                let engine = Engine::start(
+                    host.clone(),
+                    resolved.tenant.clone(),
+                    EngineSpec {
+                        target,
+                        policy: resolved.policy.spec.clone(),
+                        fairness: resolved.profile.spec.effective_controls().api_fairness,
+                        workers: ctx.config.workers,
+                    },
+                    sender,
+                    Arc::clone(&ctx.config.metrics),
+                )
+                .await;
+                tracing::info!(tenant = %name, namespace = %namespace, kinds = engine.kinds.len(), "sync engine started");
+                engines.insert(
+                    key.clone(),
+                    RunningEngine {
+                        fingerprint,
+                        engine,
+                        recorder,
+                        endpoint: resolved.endpoint.clone(),
+                    },
+                );
+            }
+            let running = engines.get(&key);
+            let (synced, problems) = running.map_or((false, Vec::new()), |r| {
+                (r.engine.synced(), r.engine.problems())
+            });
+            let starting = running.is_some_and(|r| r.engine.starting());
+            let was_synced = conditions.is(ConditionType::Synced, true);
+            status.endpoint = running.map(|r| r.endpoint.clone());
+            conditions.set(
+                ConditionType::Ready,
+                true,
+                "TenantReachable",
+                "the tenant API server answers and its engine runs",
+            );
+            if starting && was_synced {
+                // A restarted engine that has not finished its first pass knows
+                // nothing new: keep the last verdict rather than flap (and write).
+            } else if synced {
+                conditions.set(
+                    ConditionType::Synced,
+                    true,
+                    "Synced",
+                    "every kind of the SyncPolicy is in sync",
+                );
+                status.phase = Some(TenantClusterPhase::Ready);
+            } else {
+                let message = problems.join("; ");
+                let unavailable = running.is_some_and(|r| {
+                    r.engine
+                        .kinds
+                        .values()
+                        .any(|k| matches!(k, KindState::Unavailable(_)))
+                });
+                let reason = if unavailable {
+                    "KindUnavailable"
+                } else {
+                    "Syncing"
+                };
+                conditions.set(ConditionType::Synced, false, reason, &message);
+                status.phase = Some(if unavailable {
+                    TenantClusterPhase::Degraded
+                } else {
+                    TenantClusterPhase::Provisioning
+                });
+            }
+            let mut kinds: BTreeSet<SyncedResource> =
+                status.synced_resources.iter().cloned().collect();
+            if let Some(r) = running {
+                for ((api_version, kind), state) in &r.engine.kinds {
+                    if matches!(state, KindState::Running(_)) {
+                        kinds.insert(SyncedResource {
+                            api_version: api_version.clone(),
+                            kind: kind.clone(),
+                        });
+                    }
+                }
+            }
+            status.synced_resources = kinds.into_iter().collect();
+            if synced {
+                Duration::from_secs(30)
+            } else {
+                Duration::from_secs(2)
+            }
+        }
+    };
+    drop(engines);
+    status.observed_generation = tc.metadata.generation;
+    status.conditions = conditions.into_vec();
+    write_status(tc, &namespace, status, host).await?;
+    Ok(Action::requeue(requeue))
+}
+
+/// Writes the status only when it changed, so a steady state costs no writes.
+async fn write_status(
+    tc: &TenantCluster,
+    namespace: &str,
+    status: TenantClusterStatus,
+    host: &Client,
+) -> Result<(), ReconcileError> {
+    if tc.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    tracing::debug!(old = ?tc.status, new = ?status, "status changed");
+    let api: Api<TenantCluster> = Api::namespaced(host.clone(), namespace);
+    let patch = json!({"status": status});
+    api.patch_status(
+        &tc.name_any(),
+        &PatchParams::apply(MANAGER),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Removes every host object this TenantCluster synced, then its SyncDecision.
+async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileError> {
+    let namespace = tc.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let name = tc.name_any();
+    if let Some(running) = ctx
+        .engines
+        .lock()
+        .await
+        .remove(&(namespace.clone(), name.clone()))
+    {
+        stop(running).await;
+    }
+    let host = &ctx.config.host;
+    let mut kinds: BTreeSet<(String, String)> = tc
+        .status
+        .as_ref()
+        .map(|s| {
+            s.synced_resources
+                .iter()
+                .map(|r| (r.api_version.clone(), r.kind.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(policy) = Api::<SyncPolicy>::all(host.clone())
+        .get_opt(&tc.spec.sync_policy_ref.name)
+        .await?
+    {
+        kinds.extend(
+            policy
+                .spec
+                .resources
+                .iter()
+                .map(|r| (r.api_version.clone(), r.kind.clone())),
+        );
+    }
+    let mut deleted = 0usize;
+    for (api_version, kind) in kinds {
+        let Ok(group_kind) = GroupKind::from_api_version(&api_version, &kind) else {
+            continue;
+        };
+        let version = api_version.rsplit('/').next().unwrap_or(&api_version);
+        let gvk = GroupVersionKind::gvk(&group_kind.group, version, &kind);
+        // A kind the host no longer serves has no objects left to delete.
+        let Ok((resource, _)) = pinned_kind(host, &gvk).await else {
+            continue;
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(host.clone(), &namespace, &resource);
+        let list = api
+            .list(&ListParams::default().labels(&host_selector(&name, &group_kind)))
+            .await?;
+        for obj in list {
+            let obj_name = obj.name_any();
+            let labels = obj.metadata.labels.clone().unwrap_or_default();
+            let annotations = obj.metadata.annotations.clone().unwrap_or_default();
+            // Labels can be copied by hand: delete only what reverse-maps to this tenant.
+            let ours = reverse_lookup(&obj_name, &labels, &annotations)
+                .is_ok_and(|id| id.tenant == name && id.group_kind == group_kind);
+            if !ours {
+                continue;
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: obj.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&obj_name, &params).await {
+                Ok(_) => deleted += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    let decisions: Api<SyncDecision> = Api::namespaced(host.clone(), &namespace);
+    match decisions.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    tracing::info!(tenant = %name, namespace = %namespace, deleted, "TenantCluster deleted; its host objects were removed");
+    Ok(Action::await_change())
+}
+
+/// Conditions keyed by type, keeping `lastTransitionTime` while a status holds.
+struct ConditionSet {
+    conditions: Vec<Condition>,
+    generation: Option<i64>,
+}
+
+impl ConditionSet {
+    fn new(existing: &[Condition], generation: Option<i64>) -> Self {
+        Self {
+            conditions: existing.to_vec(),
+            generation,
+        }
+    }
+
+    fn set(&mut self, kind: ConditionType, ok: bool, reason: &str, message: &str) {
+        let status = if ok { "True" } else { "False" };
+        let now = Time(Timestamp::now());
+        match self
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == kind.as_str())
+        {
+            Some(existing) => {
+                if existing.status != status {
+                    existing.last_transition_time = now;
+                }
+                existing.status = status.into();
+                existing.reason = reason.into();
+                existing.message = message.into();
+                existing.observed_generation = self.generation;
+            }
+            None => self.conditions.push(Condition {
+                type_: kind.as_str().into(),
+                status: status.into(),
+                reason: reason.into(),
+                message: message.into(),
+                last_transition_time: now,
+                observed_generation: self.generation,
+            }),
+        }
+    }
+
+    fn is(&self, kind: ConditionType, ok: bool) -> bool {
+        let status = if ok { "True" } else { "False" };
+        self.conditions
+            .iter()
+            .any(|c| c.type_ == kind.as_str() && c.status == status)
+    }
+
+    fn into_vec(mut self) -> Vec<Condition> {
+        self.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+        self.conditions
+    }
+}

@@ -1,0 +1,344 @@
+//! Decisions: every Create, Update, Delete and Skip, with its reason.
+//!
+//! Each one is counted, logged, broadcast (for `tenantplane up`), emitted as an
+//! Event on the TenantCluster and appended to its `SyncDecision`. Events are
+//! rate-limited per TenantCluster and a hot object's repeats are folded, so a
+//! busy tenant cannot flood the API server; what is not emitted as an Event is
+//! still in the SyncDecision and counted in a summary Event.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client};
+use serde_json::json;
+use tenantplane_api::{
+    DecisionAction, DecisionRecord, HostTarget, SyncDecision, SyncDecisionSpec, TenantObjectRef,
+};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::metrics::{ActionLabels, Metrics};
+
+/// The component name on Events and in field managers.
+pub const MANAGER: &str = "tenantplane";
+
+/// A decision with the TenantCluster it belongs to, as broadcast to watchers.
+#[derive(Clone, Debug)]
+pub struct TenantDecision {
+    pub namespace: String,
+    pub tenant: String,
+    pub record: DecisionRecord,
+}
+
+/// Where the sync engine sends its decisions.
+#[derive(Clone)]
+pub struct DecisionSender {
+    tx: mpsc::UnboundedSender<DecisionRecord>,
+}
+
+impl DecisionSender {
+    #[allow(clippy::too_many_arguments)]
+    pub fn send(
+        &self,
+        action: DecisionAction,
+        api_version: &str,
+        kind: &str,
+        tenant: TenantObjectRef,
+        host: HostTarget,
+        reason: String,
+    ) {
+        let record = DecisionRecord {
+            action,
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            tenant,
+            host,
+            reason,
+            time: Time(Timestamp::now()),
+        };
+        // The recorder outlives every engine task; a send after shutdown is dropped.
+        let _ = self.tx.send(record);
+    }
+
+    /// A sender whose decisions go nowhere but the returned receiver (tests).
+    pub fn channel() -> (Self, mpsc::UnboundedReceiver<DecisionRecord>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Self { tx }, rx)
+    }
+}
+
+/// How one TenantCluster's decisions are kept.
+pub struct RecorderConfig {
+    pub host: Client,
+    pub namespace: String,
+    pub tenant: String,
+    pub tenant_uid: String,
+    /// Append to the SyncDecision (`explain.recordDecisions`).
+    pub record: bool,
+    /// Decisions kept in the SyncDecision (`explain.retain`).
+    pub retain: usize,
+    pub metrics: Arc<Metrics>,
+    pub broadcast: broadcast::Sender<TenantDecision>,
+    pub instance: String,
+}
+
+/// Events per TenantCluster: a burst, then a steady trickle.
+const EVENT_BURST: f64 = 30.0;
+const EVENTS_PER_SECOND: f64 = 2.0;
+/// The same action on the same host object within this window is one Event.
+const HOT_OBJECT_WINDOW: Duration = Duration::from_secs(30);
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// Starts the recorder task; it ends when every sender is dropped, after a last flush.
+pub fn start_recorder(config: RecorderConfig) -> (DecisionSender, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let handle = tokio::spawn(run_recorder(config, rx));
+    (DecisionSender { tx }, handle)
+}
+
+struct EventBudget {
+    tokens: f64,
+    last: Instant,
+    recent: HashMap<(String, DecisionAction), Instant>,
+    suppressed: u64,
+}
+
+impl EventBudget {
+    fn allow(&mut self, host_name: &str, action: DecisionAction) -> bool {
+        let now = Instant::now();
+        self.tokens = (self.tokens
+            + now.duration_since(self.last).as_secs_f64() * EVENTS_PER_SECOND)
+            .min(EVENT_BURST);
+        self.last = now;
+        self.recent
+            .retain(|_, at| now.duration_since(*at) < HOT_OBJECT_WINDOW);
+        let key = (host_name.to_owned(), action);
+        if self.recent.contains_key(&key) || self.tokens < 1.0 {
+            self.suppressed += 1;
+            return false;
+        }
+        self.tokens -= 1.0;
+        self.recent.insert(key, now);
+        true
+    }
+
+    fn take_summary_token(&mut self) -> bool {
+        if self.suppressed > 0 && self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+async fn run_recorder(config: RecorderConfig, mut rx: mpsc::UnboundedReceiver<DecisionRecord>) {
+    let reporter = Reporter {
+        controller: "tenantplane.io/sync-engine".into(),
+        instance: Some(config.instance.clone()),
+    };
+    let recorder = Recorder::new(config.host.clone(), reporter);
+    let reference = ObjectReference {
+        api_version: Some("tenantplane.io/v1alpha1".into()),
+        kind: Some("TenantCluster".into()),
+        name: Some(config.tenant.clone()),
+        namespace: Some(config.namespace.clone()),
+        uid: Some(config.tenant_uid.clone()),
+        ..ObjectReference::default()
+    };
+    let mut budget = EventBudget {
+        tokens: EVENT_BURST,
+        last: Instant::now(),
+        recent: HashMap::new(),
+        suppressed: 0,
+    };
+    let mut log = DecisionLog::new(&config);
+    let mut ticker = tokio::time::interval(FLUSH_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            received = rx.recv() => {
+                let Some(record) = received else { break };
+                config.metrics.decisions.get_or_create(&ActionLabels { action: record.action.as_str() }).inc();
+                tracing::info!(
+                    tenant = %config.tenant, namespace = %config.namespace,
+                    action = record.action.as_str(), kind = %record.kind,
+                    tenant_object = %format!("{}/{}", record.tenant.namespace, record.tenant.name),
+                    host_object = %format!("{}/{}", record.host.namespace, record.host.name),
+                    reason = %record.reason, "decision"
+                );
+                let _ = config.broadcast.send(TenantDecision {
+                    namespace: config.namespace.clone(),
+                    tenant: config.tenant.clone(),
+                    record: record.clone(),
+                });
+                if budget.allow(&record.host.name, record.action) {
+                    publish(&recorder, &reference, &record).await;
+                }
+                if config.record {
+                    log.push(record);
+                }
+            }
+            _ = ticker.tick() => {
+                log.flush().await;
+                if budget.take_summary_token() {
+                    let note = format!(
+                        "{} more decisions were not emitted as Events to protect the API server; \
+                         see SyncDecision {}/{}",
+                        budget.suppressed, config.namespace, config.tenant
+                    );
+                    budget.suppressed = 0;
+                    let event = Event { type_: EventType::Normal, reason: "DecisionsFolded".into(), note: Some(note), action: "Sync".into(), secondary: None };
+                    if let Err(err) = recorder.publish(&event, &reference).await {
+                        tracing::warn!(%err, tenant = %config.tenant, "could not publish an event");
+                    }
+                }
+            }
+        }
+    }
+    log.flush().await;
+}
+
+async fn publish(recorder: &Recorder, reference: &ObjectReference, record: &DecisionRecord) {
+    let note = format!(
+        "{} {}/{} -> {}/{}: {}",
+        record.kind,
+        record.tenant.namespace,
+        record.tenant.name,
+        record.host.namespace,
+        record.host.name,
+        record.reason
+    );
+    let event = Event {
+        type_: if record.action == DecisionAction::Delete {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: record.action.as_str().into(),
+        // Events notes are capped at 1 KiB by the API server.
+        note: Some(note.chars().take(1000).collect()),
+        action: "Sync".into(),
+        secondary: None,
+    };
+    if let Err(err) = recorder.publish(&event, reference).await {
+        tracing::warn!(%err, "could not publish a decision event");
+    }
+}
+
+/// The SyncDecision: decisions kept in memory, written at most once a second.
+struct DecisionLog {
+    api: Api<SyncDecision>,
+    name: String,
+    namespace: String,
+    owner: OwnerReference,
+    retain: usize,
+    decisions: VecDeque<DecisionRecord>,
+    total: u64,
+    dirty: bool,
+    loaded: bool,
+}
+
+impl DecisionLog {
+    fn new(config: &RecorderConfig) -> Self {
+        Self {
+            api: Api::namespaced(config.host.clone(), &config.namespace),
+            name: config.tenant.clone(),
+            namespace: config.namespace.clone(),
+            owner: OwnerReference {
+                api_version: "tenantplane.io/v1alpha1".into(),
+                kind: "TenantCluster".into(),
+                name: config.tenant.clone(),
+                uid: config.tenant_uid.clone(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            },
+            retain: config.retain.max(1),
+            decisions: VecDeque::new(),
+            total: 0,
+            dirty: false,
+            loaded: false,
+        }
+    }
+
+    fn push(&mut self, record: DecisionRecord) {
+        self.decisions.push_back(record);
+        self.total += 1;
+        while self.decisions.len() > self.retain {
+            self.decisions.pop_front();
+        }
+        self.dirty = true;
+    }
+
+    /// Reads what an earlier run kept, so a restart continues the history.
+    async fn load(&mut self) -> Result<(), kube::Error> {
+        if self.loaded {
+            return Ok(());
+        }
+        match self.api.get_opt(&self.name).await? {
+            Some(existing) => {
+                let status = existing.status.unwrap_or_default();
+                let mut earlier: VecDeque<DecisionRecord> = status.decisions.into();
+                earlier.extend(self.decisions.drain(..));
+                while earlier.len() > self.retain {
+                    earlier.pop_front();
+                }
+                self.decisions = earlier;
+                self.total += status.total;
+            }
+            None => {
+                let mut sd = SyncDecision::new(
+                    &self.name,
+                    SyncDecisionSpec {
+                        tenant_cluster: self.name.clone(),
+                    },
+                );
+                sd.metadata.namespace = Some(self.namespace.clone());
+                sd.metadata.owner_references = Some(vec![self.owner.clone()]);
+                match self.api.create(&PostParams::default(), &sd).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 409 => {}
+                    Err(err) => return Err(err),
+                }
+            }
+        }
+        self.loaded = true;
+        Ok(())
+    }
+
+    async fn flush(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        if let Err(err) = self.load().await {
+            tracing::warn!(%err, sync_decision = %self.name, "could not read or create the SyncDecision; will retry");
+            return;
+        }
+        let last = self.decisions.back().map(|d| d.time.clone());
+        let patch = json!({
+            "status": {
+                "decisions": self.decisions,
+                "retained": self.decisions.len(),
+                "total": self.total,
+                "lastDecisionTime": last,
+            }
+        });
+        match self
+            .api
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => self.dirty = false,
+            Err(err) => {
+                tracing::warn!(%err, sync_decision = %self.name, "could not write the SyncDecision; will retry");
+                // It may have been deleted: look again next time.
+                self.loaded = false;
+            }
+        }
+    }
+}

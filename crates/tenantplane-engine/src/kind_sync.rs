@@ -1,0 +1,805 @@
+//! One synced kind of one tenant: watches both sides, and for every tenant object
+//! keeps exactly one up-to-date host copy, or records why not.
+//!
+//! Events on either side put the object's key in a work queue; a full pass (on
+//! start and every drift interval) queues every key. Workers plan each key from
+//! the two caches with the pure core ([`tenantplane_core::plan`]) and write only
+//! when the plan says so: a pass with nothing to do makes no write and records no
+//! decision.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::Value;
+use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
+use tenantplane_core::explain::sync_reason;
+use tenantplane_core::kinds::{GroupKind, Scope};
+use tenantplane_core::metadata::host_selector;
+use tenantplane_core::naming::{SourceName, host_name};
+use tenantplane_core::plan::{
+    ApplyPlan, GcPlan, WriteMemo, plan_apply, plan_gc, stamp_desired_hash,
+};
+use tenantplane_core::provenance::{SourceIdentity, reverse_lookup};
+use tenantplane_core::transform::{TenantTarget, TransformError, is_system_namespace, to_host};
+use tokio_util::sync::CancellationToken;
+
+use crate::decisions::{DecisionSender, MANAGER};
+use crate::fairness::WriteBudget;
+use crate::metrics::{Metrics, TenantLabels, VerbLabels};
+use crate::queue::WorkQueue;
+
+/// A tenant object's key: its virtual namespace and name.
+pub type Key = (String, String);
+
+/// What every kind of one tenant shares.
+pub struct SyncContext {
+    pub target: TenantTarget,
+    pub host: Client,
+    pub tenant: Client,
+    pub budget: Arc<WriteBudget>,
+    pub decisions: DecisionSender,
+    pub metrics: Arc<Metrics>,
+    /// Concurrent host writes per kind.
+    pub workers: usize,
+    /// Time between full passes; `None` disables drift detection.
+    pub resync: Option<Duration>,
+}
+
+/// Progress of one kind, read by the controller for conditions and by tests.
+#[derive(Debug, Default)]
+pub struct KindProgress {
+    /// Full passes completed.
+    pub passes: AtomicU64,
+    /// Errors in the last completed pass.
+    pub last_pass_errors: AtomicU64,
+    /// Errors since the current pass began.
+    errors_in_pass: AtomicU64,
+    /// The last error, for the condition message.
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl KindProgress {
+    fn error(&self, message: String) {
+        self.errors_in_pass.fetch_add(1, Ordering::Relaxed);
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(message);
+    }
+}
+
+/// Why one object could not be synced this time (it is retried).
+#[derive(Debug, thiserror::Error)]
+enum SyncError {
+    #[error("{verb} {name}: {source}")]
+    Api {
+        verb: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0}")]
+    Decode(String),
+}
+
+pub struct KindSyncer {
+    ctx: Arc<SyncContext>,
+    api_version: String,
+    group_kind: GroupKind,
+    tenant_resource: ApiResource,
+    host_resource: ApiResource,
+    tenant_store: Store<DynamicObject>,
+    host_store: Store<DynamicObject>,
+    host_api: Api<DynamicObject>,
+    queue: Arc<WorkQueue<Key>>,
+    /// What the server made of our last write per host name (see [`WriteMemo`]).
+    memos: Mutex<HashMap<String, WriteMemo>>,
+    /// Per host name: the desired hash a write was refused for, and the Skip
+    /// recorded, so neither is repeated while nothing changes.
+    refused: Mutex<HashMap<String, (String, String)>>,
+    /// When each key was first seen changed, for the latency histogram.
+    seen_at: Mutex<HashMap<Key, Instant>>,
+    attempts: Mutex<HashMap<Key, u32>>,
+    /// Fired once both caches hold a complete list. (A store's own
+    /// `wait_until_ready` wakes only one waiter, so one task waits and fires this.)
+    ready: CancellationToken,
+    pub progress: Arc<KindProgress>,
+}
+
+impl KindSyncer {
+    /// Builds the syncer and starts its watchers, workers and passes. Returns when
+    /// `cancel` fires.
+    pub async fn run(
+        ctx: Arc<SyncContext>,
+        api_version: String,
+        group_kind: GroupKind,
+        tenant_resource: ApiResource,
+        host_resource: ApiResource,
+        progress: Arc<KindProgress>,
+        cancel: CancellationToken,
+    ) {
+        let tenant_api: Api<DynamicObject> = Api::all_with(ctx.tenant.clone(), &tenant_resource);
+        let host_api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.host.clone(), &ctx.target.host_namespace, &host_resource);
+        let tenant_writer = reflector::store::Writer::new(tenant_resource.clone());
+        let tenant_store = tenant_writer.as_reader();
+        let host_writer = reflector::store::Writer::new(host_resource.clone());
+        let host_store = host_writer.as_reader();
+        let syncer = Arc::new(KindSyncer {
+            ctx: Arc::clone(&ctx),
+            api_version,
+            group_kind,
+            tenant_resource,
+            host_resource,
+            tenant_store,
+            host_store,
+            host_api: host_api.clone(),
+            queue: WorkQueue::new(),
+            memos: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
+            seen_at: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(HashMap::new()),
+            ready: CancellationToken::new(),
+            progress,
+        });
+
+        let mut tasks = tokio::task::JoinSet::new();
+        {
+            let s = Arc::clone(&syncer);
+            let stream = reflector::reflector(
+                tenant_writer,
+                watcher(tenant_api, watcher::Config::default()).default_backoff(),
+            )
+            .boxed();
+            tasks.spawn(async move {
+                s.watch("tenant", stream, |_, obj| Self::key_of(obj), true)
+                    .await
+            });
+        }
+        {
+            let s = Arc::clone(&syncer);
+            let selector = host_selector(&ctx.target.tenant, &s.group_kind);
+            let config = watcher::Config::default().labels(&selector);
+            let stream =
+                reflector::reflector(host_writer, watcher(host_api, config).default_backoff())
+                    .boxed();
+            tasks.spawn(async move { s.watch("host", stream, Self::key_of_host, false).await });
+        }
+        {
+            let s = Arc::clone(&syncer);
+            tasks.spawn(async move {
+                if s.tenant_store.wait_until_ready().await.is_ok()
+                    && s.host_store.wait_until_ready().await.is_ok()
+                {
+                    s.ready.cancel();
+                }
+            });
+        }
+        for _ in 0..ctx.workers.max(1) {
+            let s = Arc::clone(&syncer);
+            tasks.spawn(async move { s.work().await });
+        }
+        {
+            let s = Arc::clone(&syncer);
+            tasks.spawn(async move { s.passes().await });
+        }
+        cancel.cancelled().await;
+        syncer.queue.shut_down();
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
+
+    fn key_of(object: &DynamicObject) -> Option<Key> {
+        Some((
+            object.metadata.namespace.clone()?,
+            object.metadata.name.clone()?,
+        ))
+    }
+
+    fn enqueue_changed(&self, key: Key) {
+        if is_system_namespace(&key.0) {
+            return;
+        }
+        self.seen_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key.clone())
+            .or_insert_with(Instant::now);
+        self.queue.add(key);
+    }
+
+    /// Feeds one side's watch events into the queue. `key_of` maps an object to the
+    /// tenant key it concerns; `changed` marks a tenant-side change (latency is
+    /// measured from it).
+    async fn watch(
+        self: Arc<Self>,
+        side: &'static str,
+        mut stream: impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>
+        + Unpin,
+        key_of: impl Fn(&Self, &DynamicObject) -> Option<Key>,
+        changed: bool,
+    ) {
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(
+                    watcher::Event::Apply(obj)
+                    | watcher::Event::Delete(obj)
+                    | watcher::Event::InitApply(obj),
+                ) => match key_of(&self, &obj) {
+                    Some(key) if changed => self.enqueue_changed(key),
+                    Some(key) => self.queue.add(key),
+                    None => {}
+                },
+                // A re-list after a disconnect: objects deleted meanwhile are found
+                // by the full pass it triggers.
+                Ok(watcher::Event::InitDone) => self.full_pass(),
+                Ok(watcher::Event::Init) => {}
+                Err(err) => {
+                    tracing::warn!(%err, side, kind = %self.group_kind, tenant = %self.ctx.target.tenant, "watch failed; retrying");
+                }
+            }
+        }
+    }
+
+    /// The tenant key a host object maps back to, if it is one of ours.
+    fn key_of_host(&self, obj: &DynamicObject) -> Option<Key> {
+        let name = obj.metadata.name.as_deref()?;
+        let labels = obj.metadata.labels.clone().unwrap_or_default();
+        let annotations = obj.metadata.annotations.clone().unwrap_or_default();
+        let identity = reverse_lookup(name, &labels, &annotations).ok()?;
+        (identity.tenant == self.ctx.target.tenant && identity.group_kind == self.group_kind)
+            .then_some((identity.virtual_namespace, identity.name))
+    }
+
+    /// Queues every key on either side.
+    fn full_pass(&self) {
+        for obj in self.tenant_store.state() {
+            if let Some(key) = Self::key_of(&obj)
+                && !is_system_namespace(&key.0)
+            {
+                self.queue.add(key);
+            }
+        }
+        for obj in self.host_store.state() {
+            if let Some(key) = self.key_of_host(&obj) {
+                self.queue.add(key);
+            }
+        }
+    }
+
+    /// Waits for both caches, then runs a pass now and every resync interval, and
+    /// records each pass's outcome once its keys are all processed.
+    async fn passes(self: Arc<Self>) {
+        self.ready.cancelled().await;
+        loop {
+            self.progress.errors_in_pass.store(0, Ordering::Relaxed);
+            self.full_pass();
+            while self.queue.outstanding() > 0 {
+                self.ctx
+                    .metrics
+                    .queue_depth
+                    .get_or_create(&TenantLabels {
+                        tenant: self.ctx.target.tenant.clone(),
+                    })
+                    .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let errors = self.progress.errors_in_pass.load(Ordering::Relaxed);
+            self.progress
+                .last_pass_errors
+                .store(errors, Ordering::Relaxed);
+            if errors == 0 {
+                *self
+                    .progress
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = None;
+            }
+            self.progress.passes.fetch_add(1, Ordering::Relaxed);
+            self.ctx
+                .metrics
+                .passes
+                .get_or_create(&TenantLabels {
+                    tenant: self.ctx.target.tenant.clone(),
+                })
+                .inc();
+            match self.ctx.resync {
+                Some(every) => tokio::time::sleep(every).await,
+                None => return,
+            }
+        }
+    }
+
+    async fn work(self: Arc<Self>) {
+        // Never plan from a half-filled cache: an object missing from a tenant cache
+        // that is still listing would look deleted, and be garbage-collected.
+        self.ready.cancelled().await;
+        while let Some(key) = self.queue.next().await {
+            let result = self.sync(&key).await;
+            match result {
+                Ok(()) => {
+                    self.attempts
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&key);
+                }
+                Err(err) => {
+                    self.ctx.metrics.sync_errors.inc();
+                    let attempt = {
+                        let mut attempts =
+                            self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+                        let n = attempts.entry(key.clone()).or_insert(0);
+                        *n = n.saturating_add(1);
+                        *n
+                    };
+                    tracing::warn!(error = %err, kind = %self.group_kind, namespace = %key.0, name = %key.1, attempt, "sync failed; retrying");
+                    self.progress
+                        .error(format!("{} {}/{}: {err}", self.group_kind, key.0, key.1));
+                    let backoff = Duration::from_millis(100u64.saturating_mul(1 << attempt.min(8)));
+                    self.queue
+                        .add_after(key.clone(), backoff.min(Duration::from_secs(30)));
+                }
+            }
+            self.queue.done(&key);
+        }
+    }
+
+    fn tenant_ref(&self, key: &Key, uid: Option<String>) -> TenantObjectRef {
+        TenantObjectRef {
+            namespace: key.0.clone(),
+            name: key.1.clone(),
+            uid,
+        }
+    }
+
+    fn decide(
+        &self,
+        action: DecisionAction,
+        key: &Key,
+        uid: Option<String>,
+        host_name: &str,
+        reason: String,
+    ) {
+        self.ctx.decisions.send(
+            action,
+            &self.api_version,
+            &self.group_kind.kind,
+            self.tenant_ref(key, uid),
+            HostTarget {
+                namespace: self.ctx.target.host_namespace.clone(),
+                name: host_name.to_owned(),
+            },
+            reason,
+        );
+    }
+
+    /// Records a Skip once per (host name, desired hash, reason).
+    fn skip_once(
+        &self,
+        key: &Key,
+        uid: Option<String>,
+        host_name: &str,
+        desired_hash: &str,
+        reason: String,
+    ) {
+        let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = (desired_hash.to_owned(), reason.clone());
+        if refused.get(host_name) == Some(&entry) {
+            return;
+        }
+        refused.insert(host_name.to_owned(), entry);
+        drop(refused);
+        self.decide(DecisionAction::Skip, key, uid, host_name, reason);
+    }
+
+    fn observe_latency(&self, key: &Key) {
+        if let Some(seen) = self
+            .seen_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key)
+        {
+            self.ctx
+                .metrics
+                .sync_latency
+                .observe(seen.elapsed().as_secs_f64());
+        }
+    }
+
+    async fn write_budget(&self) -> String {
+        let waited = self.ctx.budget.acquire().await;
+        if waited > Duration::from_millis(5) {
+            format!(
+                "; waited {} ms for the tenant's apiFairness budget ({} writes/s)",
+                waited.as_millis(),
+                self.ctx.budget.qps()
+            )
+        } else {
+            String::new()
+        }
+    }
+
+    fn count_write(&self, verb: &'static str) {
+        self.ctx
+            .metrics
+            .host_writes
+            .get_or_create(&VerbLabels { verb })
+            .inc();
+    }
+
+    async fn sync(&self, key: &Key) -> Result<(), SyncError> {
+        let tenant_ref = ObjectRef::new_with(&key.1, self.tenant_resource.clone()).within(&key.0);
+        let tenant_obj = self.tenant_store.get(&tenant_ref);
+        let host_name = host_name(&SourceName {
+            name: &key.1,
+            virtual_namespace: &key.0,
+            tenant: &self.ctx.target.tenant,
+        })
+        .name;
+        let host_ref = ObjectRef::new_with(&host_name, self.host_resource.clone())
+            .within(&self.ctx.target.host_namespace);
+        let host_obj = self
+            .host_store
+            .get(&host_ref)
+            .map(|o| typed_value(&o, &self.host_resource))
+            .transpose()?;
+        match tenant_obj {
+            Some(tenant_obj) => {
+                let tenant_value = typed_value(&tenant_obj, &self.tenant_resource)?;
+                self.apply(key, &tenant_value, host_obj).await
+            }
+            None => match host_obj {
+                Some(host_obj) => self.collect(key, &host_name, &host_obj).await,
+                None => Ok(()),
+            },
+        }
+    }
+
+    async fn apply(
+        &self,
+        key: &Key,
+        tenant_value: &Value,
+        host_obj: Option<Value>,
+    ) -> Result<(), SyncError> {
+        let uid = tenant_value
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let (placement, mut desired) = match to_host(
+            &self.ctx.target,
+            &self.group_kind,
+            Scope::Namespaced,
+            tenant_value,
+        ) {
+            Ok(ok) => ok,
+            Err(
+                TransformError::SystemNamespace { .. }
+                | TransformError::TenantInfrastructure { .. },
+            ) => return Ok(()),
+            Err(err) => {
+                let name = host_name(&SourceName {
+                    name: &key.1,
+                    virtual_namespace: &key.0,
+                    tenant: &self.ctx.target.tenant,
+                })
+                .name;
+                self.skip_once(key, uid, &name, "", format!("cannot be synced: {err}"));
+                return Ok(());
+            }
+        };
+        let hash = stamp_desired_hash(&mut desired);
+        let host_name = placement.host_name.name.clone();
+        let source = placement.source_identity(&self.ctx.target.tenant, uid.as_deref());
+
+        // A write refused for this very desired state: do not retry until it changes.
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&host_name)
+            .cloned();
+        let mut observed = host_obj;
+        if let Some((refused_hash, _)) = &refused
+            && *refused_hash == hash
+        {
+            if observed.is_none() {
+                // Refused because a foreign object holds the name: look (a read), and
+                // create only once it is gone.
+                match self.host_api.get_opt(&host_name).await {
+                    Ok(Some(live)) => {
+                        observed = Some(
+                            serde_json::to_value(&live)
+                                .map_err(|e| SyncError::Decode(e.to_string()))?,
+                        )
+                    }
+                    Ok(None) => {}
+                    Err(source) => {
+                        return Err(SyncError::Api {
+                            verb: "get",
+                            name: host_name,
+                            source,
+                        });
+                    }
+                }
+            } else {
+                return Ok(());
+            }
+        }
+        let memo = self
+            .memos
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&host_name)
+            .cloned();
+        let plan = plan_apply(&source, &desired, observed.as_ref(), memo.as_ref());
+        self.carry_out(
+            key,
+            &source,
+            &placement_reason(&self.ctx.target, &placement),
+            &hash,
+            plan,
+            true,
+        )
+        .await
+    }
+
+    async fn carry_out(
+        &self,
+        key: &Key,
+        source: &SourceIdentity,
+        create_reason: &str,
+        hash: &str,
+        plan: ApplyPlan,
+        may_retry_conflict: bool,
+    ) -> Result<(), SyncError> {
+        let host_name = tenantplane_core::naming::host_name(&source.source_name()).name;
+        let uid = source.uid.clone();
+        match plan {
+            ApplyPlan::Noop => {
+                self.refused
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&host_name);
+                self.observe_latency(key);
+                Ok(())
+            }
+            ApplyPlan::Skip { reason } => {
+                self.skip_once(key, uid, &host_name, hash, reason);
+                Ok(())
+            }
+            ApplyPlan::Create { object } => {
+                let waited = self.write_budget().await;
+                let body: DynamicObject = serde_json::from_value(object.clone())
+                    .map_err(|e| SyncError::Decode(e.to_string()))?;
+                self.count_write("create");
+                match self.host_api.create(&post_params(), &body).await {
+                    Ok(created) => {
+                        self.remember(&host_name, &object, &created);
+                        self.observe_latency(key);
+                        self.decide(
+                            DecisionAction::Create,
+                            key,
+                            uid,
+                            &host_name,
+                            format!("{create_reason}{waited}"),
+                        );
+                        Ok(())
+                    }
+                    Err(kube::Error::Api(status)) if status.code == 409 && may_retry_conflict => {
+                        // Someone holds the name. Look at it and plan again: ours (our
+                        // cache lagged) is updated, anything else is a Skip.
+                        let live = self.host_api.get_opt(&host_name).await.map_err(|source| {
+                            SyncError::Api {
+                                verb: "get",
+                                name: host_name.clone(),
+                                source,
+                            }
+                        })?;
+                        let live = live
+                            .map(|l| serde_json::to_value(&l))
+                            .transpose()
+                            .map_err(|e| SyncError::Decode(e.to_string()))?;
+                        let plan = plan_apply(source, &object, live.as_ref(), None);
+                        Box::pin(self.carry_out(key, source, create_reason, hash, plan, false))
+                            .await
+                    }
+                    Err(kube::Error::Api(status)) if status.code == 422 || status.code == 403 => {
+                        self.skip_once(
+                            key,
+                            uid,
+                            &host_name,
+                            hash,
+                            format!("the host API server refused it: {}", status.message),
+                        );
+                        Ok(())
+                    }
+                    Err(source) => Err(SyncError::Api {
+                        verb: "create",
+                        name: host_name,
+                        source,
+                    }),
+                }
+            }
+            ApplyPlan::Update {
+                object,
+                reason,
+                immutable,
+            } => {
+                let waited = self.write_budget().await;
+                let body: DynamicObject = serde_json::from_value(object.clone())
+                    .map_err(|e| SyncError::Decode(e.to_string()))?;
+                self.count_write("update");
+                match self
+                    .host_api
+                    .replace(&host_name, &post_params(), &body)
+                    .await
+                {
+                    Ok(updated) => {
+                        self.remember(&host_name, &object, &updated);
+                        self.observe_latency(key);
+                        let kept = if immutable.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                "; kept the live values of fields that cannot change after creation: {}",
+                                immutable.join(", ")
+                            )
+                        };
+                        self.decide(
+                            DecisionAction::Update,
+                            key,
+                            uid,
+                            &host_name,
+                            format!("{reason}{kept}{waited}"),
+                        );
+                        Ok(())
+                    }
+                    // Changed since our cache saw it: the watch brings the new version.
+                    Err(kube::Error::Api(status)) if status.code == 409 => Err(SyncError::Api {
+                        verb: "update",
+                        name: host_name,
+                        source: kube::Error::Api(status),
+                    }),
+                    Err(kube::Error::Api(status)) if status.code == 422 => {
+                        let fields: Vec<String> = status
+                            .details
+                            .as_ref()
+                            .map(|d| {
+                                d.causes
+                                    .iter()
+                                    .map(|c| c.field.clone())
+                                    .filter(|f| !f.is_empty())
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        let reason = if fields.is_empty() {
+                            format!("the host API server refused the update: {}", status.message)
+                        } else {
+                            format!(
+                                "the host API server refused to change {} (immutable or invalid); \
+                                 recreate the tenant object to change it",
+                                fields.join(", ")
+                            )
+                        };
+                        self.skip_once(key, uid, &host_name, hash, reason);
+                        Ok(())
+                    }
+                    Err(source) => Err(SyncError::Api {
+                        verb: "update",
+                        name: host_name,
+                        source,
+                    }),
+                }
+            }
+        }
+    }
+
+    fn remember(&self, host_name: &str, desired: &Value, stored: &DynamicObject) {
+        let stored = serde_json::to_value(stored).unwrap_or(Value::Null);
+        let memo = WriteMemo::after_write(desired, &stored);
+        self.memos
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(host_name.to_owned(), memo);
+        self.refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(host_name);
+    }
+
+    /// Garbage collection of a managed host object whose tenant source is gone.
+    async fn collect(&self, key: &Key, host_name: &str, host_obj: &Value) -> Result<(), SyncError> {
+        let source = SourceIdentity {
+            tenant: self.ctx.target.tenant.clone(),
+            virtual_namespace: key.0.clone(),
+            name: key.1.clone(),
+            group_kind: self.group_kind.clone(),
+            uid: None,
+        };
+        let tenant_uid = host_obj
+            .pointer("/metadata/annotations/tenantplane.io~1virtual-uid")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match plan_gc(&source, host_obj) {
+            GcPlan::Keep { reason } => {
+                self.skip_once(key, tenant_uid, host_name, "gc", reason);
+                Ok(())
+            }
+            GcPlan::Delete { uid, reason } => {
+                let waited = self.write_budget().await;
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid,
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                self.count_write("delete");
+                match self.host_api.delete(host_name, &params).await {
+                    Ok(_) => {}
+                    // Already gone: nothing left to collect, and no decision to record.
+                    Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+                    Err(source) => {
+                        return Err(SyncError::Api {
+                            verb: "delete",
+                            name: host_name.to_owned(),
+                            source,
+                        });
+                    }
+                }
+                self.memos
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(host_name);
+                self.refused
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(host_name);
+                self.observe_latency(key);
+                self.decide(
+                    DecisionAction::Delete,
+                    key,
+                    tenant_uid,
+                    host_name,
+                    format!("{reason}{waited}"),
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+/// An object from a cache as JSON. Watch and list items carry no type; the
+/// resource says what they are.
+fn typed_value(object: &DynamicObject, resource: &ApiResource) -> Result<Value, SyncError> {
+    let mut value = serde_json::to_value(object).map_err(|e| SyncError::Decode(e.to_string()))?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert(
+            "apiVersion".into(),
+            Value::String(resource.api_version.clone()),
+        );
+        map.insert("kind".into(), Value::String(resource.kind.clone()));
+    }
+    Ok(value)
+}
+
+fn post_params() -> PostParams {
+    PostParams {
+        dry_run: false,
+        field_manager: Some(MANAGER.into()),
+    }
+}
+
+fn placement_reason(
+    target: &TenantTarget,
+    placement: &tenantplane_core::transform::Placement,
+) -> String {
+    sync_reason(target, placement)
+}

@@ -1,0 +1,11 @@
+//! tenantplane's engine: the sync engine of each TenantCluster and the controller
+//! that runs them. Everything that decides *what* to write lives in the pure
+//! `tenantplane-core`; this crate watches, queues, writes and reports.
+
+pub mod controller;
+pub mod decisions;
+pub mod engine;
+pub mod fairness;
+pub mod kind_sync;
+pub mod metrics;
+pub mod queue;

@@ -1,0 +1,356 @@
+//! Two real API servers (host and tenant), tenantplane's CRDs on the host, and the
+//! controller running in-process against them.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tenantplane_engine::controller::{self, ControllerConfig};
+use tenantplane_engine::decisions::TenantDecision;
+use tenantplane_engine::metrics::Metrics;
+use tenantplane_testenv::{ApiServer, TestEnv};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+pub const DEADLINE: Duration = Duration::from_secs(30);
+pub const HOST_NS: &str = "team-dev";
+
+/// Polls `check` until it returns `Some`, failing the test at the deadline.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "timed out after {DEADLINE:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub struct Controller {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    pub decisions: broadcast::Receiver<TenantDecision>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Controller {
+    pub async fn start(host: &Client) -> Controller {
+        // Logs only when asked for: RUST_LOG=tenantplane_engine=debug cargo test ...
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let (tx, rx) = broadcast::channel(100_000);
+        let shutdown = CancellationToken::new();
+        let metrics = Arc::new(Metrics::unregistered());
+        let config = ControllerConfig {
+            host: host.clone(),
+            metrics: Arc::clone(&metrics),
+            decisions: tx,
+            instance: "test".into(),
+            workers: 8,
+        };
+        let task = tokio::spawn(controller::run(config, shutdown.clone()));
+        Controller {
+            shutdown,
+            task,
+            decisions: rx,
+            metrics,
+        }
+    }
+
+    /// Waits until `n` more full passes (over all kinds of `tenant`) complete.
+    pub async fn wait_passes(&self, tenant: &str, n: u64) {
+        let start = self.metrics.passes_of(tenant);
+        eventually(&format!("{n} passes of {tenant}"), || async move {
+            (self.metrics.passes_of(tenant) >= start + n).then_some(())
+        })
+        .await;
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+pub struct Harness {
+    pub env: TestEnv,
+    pub host_server: ApiServer,
+    pub tenant_server: ApiServer,
+    pub host: Client,
+    pub tenant: Client,
+}
+
+pub fn widget_crd(scope: &str) -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com", "scope": scope,
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]
+        }
+    }))
+    .unwrap()
+}
+
+pub async fn install_crds(client: &Client, crds: Vec<CustomResourceDefinition>) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in &crds {
+        api.create(&PostParams::default(), crd).await.expect("CRD");
+    }
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap();
+        eventually(&format!("{name} established"), || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let crd = api.get(&name).await.ok()?;
+                crd.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+pub async fn create_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("namespace {name}: {e}"),
+    }
+}
+
+pub fn dynamic(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+pub async fn create(client: &Client, object: Value) -> DynamicObject {
+    let api_version = object["apiVersion"].as_str().unwrap().to_owned();
+    let kind = object["kind"].as_str().unwrap().to_owned();
+    let ns = object["metadata"]["namespace"].as_str().map(str::to_owned);
+    let api = dynamic(client, &api_version, &kind, ns.as_deref());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(object).unwrap(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("create {kind}: {e}"))
+}
+
+pub fn configmap(ns: &str, name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data})
+}
+
+/// Fast fairness so tests measure behaviour, not the rate limit.
+pub fn profile(name: &str, qps: u32, burst: u32) -> Value {
+    json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile", "metadata": {"name": name},
+           "spec": {"level": "restricted", "controls": {"apiFairness": {"qps": qps, "burst": burst}}}})
+}
+
+pub fn policy(name: &str, kinds: &[(&str, &str)], interval: &str) -> Value {
+    let resources: Vec<Value> = kinds
+        .iter()
+        .map(|(api_version, kind)| json!({"apiVersion": api_version, "kind": kind, "direction": "toHost"}))
+        .collect();
+    json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "SyncPolicy", "metadata": {"name": name},
+           "spec": {"driftDetection": {"enabled": true, "interval": interval}, "explain": {"recordDecisions": true, "retain": 50},
+                    "resources": resources}})
+}
+
+pub fn tenant_cluster(name: &str, ns: &str, profile: &str, policy: &str, secret: &str) -> Value {
+    json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "TenantCluster", "metadata": {"name": name, "namespace": ns},
+           "spec": {"isolationProfileRef": {"name": profile}, "syncPolicyRef": {"name": policy},
+                    "controlPlane": {"external": {"kubeconfigSecretRef": {"name": secret}}}}})
+}
+
+pub async fn kubeconfig_secret(host: &Client, ns: &str, name: &str, kubeconfig: &str) {
+    let api: Api<Secret> = Api::namespaced(host.clone(), ns);
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        data: Some(
+            [(
+                "kubeconfig".to_owned(),
+                ByteString(kubeconfig.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &secret)
+        .await
+        .expect("kubeconfig secret");
+}
+
+pub const DEFAULT_KINDS: &[(&str, &str)] = &[
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("example.com/v1", "Widget"),
+];
+
+impl Harness {
+    /// Host and tenant servers, CRDs, namespace team-dev, profile `fast`, policy
+    /// `default` (ConfigMap, Secret, Service, Widget; 2s drift interval) and
+    /// TenantCluster `dev` attached to the tenant server.
+    pub async fn start() -> Harness {
+        let env = TestEnv::start().await.expect("etcd");
+        let host_server = env.start_apiserver("host").await.expect("host");
+        let tenant_server = env.start_apiserver("tenant").await.expect("tenant");
+        let host = host_server.client().await.unwrap();
+        let tenant = tenant_server.client().await.unwrap();
+        let mut crds = tenantplane_api::crds();
+        crds.push(widget_crd("Namespaced"));
+        install_crds(&host, crds).await;
+        install_crds(&tenant, vec![widget_crd("Namespaced")]).await;
+        create_namespace(&host, HOST_NS).await;
+        create(&host, profile("fast", 1000, 2000)).await;
+        create(&host, policy("default", DEFAULT_KINDS, "2s")).await;
+        kubeconfig_secret(
+            &host,
+            HOST_NS,
+            "dev-kubeconfig",
+            &tenant_server.kubeconfig_yaml("admin").unwrap(),
+        )
+        .await;
+        Harness {
+            env,
+            host_server,
+            tenant_server,
+            host,
+            tenant,
+        }
+    }
+
+    pub async fn create_dev(&self) {
+        create(
+            &self.host,
+            tenant_cluster("dev", HOST_NS, "fast", "default", "dev-kubeconfig"),
+        )
+        .await;
+    }
+
+    pub fn host_api(&self, api_version: &str, kind: &str) -> Api<DynamicObject> {
+        dynamic(&self.host, api_version, kind, Some(HOST_NS))
+    }
+
+    pub fn tenant_api(&self, api_version: &str, kind: &str, ns: &str) -> Api<DynamicObject> {
+        dynamic(&self.tenant, api_version, kind, Some(ns))
+    }
+
+    /// Waits until the TenantCluster reports `Synced=True`.
+    pub async fn wait_synced(&self, name: &str) {
+        let api = dynamic(
+            &self.host,
+            "tenantplane.io/v1alpha1",
+            "TenantCluster",
+            Some(HOST_NS),
+        );
+        eventually(&format!("TenantCluster {name} Synced"), || {
+            let api = api.clone();
+            let name = name.to_owned();
+            async move {
+                let tc = api.get(&name).await.ok()?;
+                let conditions = tc.data["status"]["conditions"].as_array()?.clone();
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == "Synced" && c["status"] == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+
+    /// The TenantCluster's condition of `type_`, as (status, reason, message).
+    pub async fn condition(&self, name: &str, type_: &str) -> Option<(String, String, String)> {
+        let api = dynamic(
+            &self.host,
+            "tenantplane.io/v1alpha1",
+            "TenantCluster",
+            Some(HOST_NS),
+        );
+        let tc = api.get(name).await.ok()?;
+        let c = tc.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == type_)?
+            .clone();
+        Some((
+            c["status"].as_str()?.to_owned(),
+            c["reason"].as_str()?.to_owned(),
+            c["message"].as_str().unwrap_or("").to_owned(),
+        ))
+    }
+}
+
+/// Waits until `name` exists through `api`, and returns it.
+pub async fn wait_for(api: &Api<DynamicObject>, name: &str) -> DynamicObject {
+    eventually(&format!("{name} to exist"), || async {
+        api.get_opt(name).await.ok().flatten()
+    })
+    .await
+}
+
+/// Waits until `name` exists and `check` holds for it.
+pub async fn wait_for_that(
+    api: &Api<DynamicObject>,
+    name: &str,
+    what: &str,
+    check: impl Fn(&DynamicObject) -> bool,
+) -> DynamicObject {
+    eventually(&format!("{name}: {what}"), || async {
+        api.get_opt(name).await.ok().flatten().filter(|o| check(o))
+    })
+    .await
+}
+
+/// Waits until `name` no longer exists through `api`.
+pub async fn wait_gone(api: &Api<DynamicObject>, name: &str) {
+    eventually(&format!("{name} to be gone"), || async {
+        api.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await
+}
