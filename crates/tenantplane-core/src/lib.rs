@@ -8,4 +8,7 @@ pub mod metadata;
 pub mod names;
 pub mod naming;
 pub mod provenance;
+pub mod quantity;
 pub mod transform;
+pub mod validation;
+pub mod versions;
