@@ -57,7 +57,8 @@ pub const DEFAULT_CPU_LIMIT: &str = "1";
 pub const DEFAULT_MEMORY_REQUEST: &str = "128Mi";
 pub const DEFAULT_MEMORY_LIMIT: &str = "512Mi";
 
-/// Cluster DNS, as kubeadm, k3s and most distributions label it.
+/// Cluster DNS, as kubeadm, k3s and most distributions label it. The namespace label
+/// is set by Kubernetes 1.21 and later; older hosts must label kube-system themselves.
 const DNS_NAMESPACE_LABEL: (&str, &str) = ("kubernetes.io/metadata.name", "kube-system");
 const DNS_POD_LABEL: (&str, &str) = ("k8s-app", "kube-dns");
 const DNS_PORT: i32 = 53;
