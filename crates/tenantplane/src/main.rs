@@ -1,8 +1,10 @@
-//! The `tenantplane` binary: offline CLI today; controller and webhook server join it.
+//! The `tenantplane` binary: the offline CLI and the admission webhook server; the
+//! controller joins them.
 
 mod cli;
 mod output;
 mod render;
+mod webhook;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -192,6 +192,14 @@ fn invalid_input_is_one_line_on_stderr_and_nothing_on_stdout() {
         isolation_args("mine", "a", &["-f", &profiles]),
         isolation_args("unfair", "a", &["-f", &profiles]),
         isolation_args("old", "a", &["-f", &profiles]),
+        vec![
+            "webhook",
+            "--tls-cert",
+            "/nonexistent",
+            "--tls-key",
+            "/nonexistent",
+        ],
+        vec!["webhook", "--tls-cert", &profiles, "--tls-key", &profiles],
     ];
     for args in &cases {
         let out = tenantplane(args);
@@ -411,4 +419,91 @@ spec:
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("found: other, open-baseline"), "{err}");
+}
+
+#[test]
+fn webhook_serves_until_sigterm_with_structured_logs() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+
+    let ca = tenantplane_testenv::TestCa::new("test").unwrap();
+    let cert = ca.issue(&["127.0.0.1"]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_file, &cert.cert_pem).unwrap();
+    std::fs::write(&key_file, &cert.key_pem).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+        .args(["webhook", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .arg("--tls-cert")
+        .arg(&cert_file)
+        .arg("--tls-key")
+        .arg(&key_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the webhook");
+    // Log lines arrive on a thread, so every wait below has a deadline.
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<serde_json::Value>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let value = serde_json::from_str(&line).expect("every log line is JSON");
+            if lines_tx.send(value).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Duration::from_secs(20);
+    let started = lines.recv_timeout(deadline).expect("a first log line");
+    assert_eq!(started["level"], "INFO");
+    let addr = started["fields"]["listen"]
+        .as_str()
+        .expect("the listen field");
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
+    std::net::TcpStream::connect(addr).expect("the webhook accepts connections");
+
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "the webhook did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    // The rest of the log, up to the end of stderr (the process has exited).
+    let mut messages = Vec::new();
+    loop {
+        match lines.recv_timeout(deadline) {
+            Ok(line) => messages.push(
+                line["fields"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            ),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(err) => panic!("stderr did not end: {err}"),
+        }
+    }
+    assert!(
+        messages.contains(&"tenantplane webhook stopped".to_owned()),
+        "{messages:?}"
+    );
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(stdout.is_empty(), "{stdout}");
 }
