@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tenantplane_admission::{WebhookClient, webhook_configuration};
 use tenantplane_api::{
     ClusterMode, ControlPlane, EgressPolicy, ExternalControlPlane, IsolationLevel,
     IsolationProfile, IsolationProfileSpec, LocalRef, ResourceLimits, SecretKeyRef, SyncPolicy,
@@ -55,6 +56,24 @@ pub enum RenderTarget {
     /// The host objects an IsolationProfile compiles to for one tenant's namespace:
     /// Namespace (Pod Security labels), NetworkPolicy, ResourceQuota, LimitRange.
     Isolation(IsolationArgs),
+    /// The ValidatingWebhookConfiguration that sends tenantplane's resources to
+    /// `tenantplane webhook`, reached by URL or through a Service.
+    Webhookconfiguration {
+        /// PEM file of the CA that signed the webhook's serving certificate.
+        #[arg(long)]
+        ca_bundle: PathBuf,
+        /// The webhook's full URL, such as https://127.0.0.1:8443/validate.
+        #[arg(long, conflicts_with = "service", required_unless_present = "service")]
+        url: Option<String>,
+        /// The webhook's Service as NAMESPACE/NAME (path /validate).
+        #[arg(long)]
+        service: Option<String>,
+        /// The Service port (the API server's default is 443).
+        #[arg(long, requires = "service")]
+        port: Option<i32>,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
+        output: Format,
+    },
     /// A SyncPolicy with the default kinds (ConfigMap, Secret, Service, Pod to the host).
     Syncpolicy {
         name: String,
@@ -192,6 +211,43 @@ pub fn run(target: RenderTarget) -> anyhow::Result<String> {
             output::render(&profile, output)
         }
         RenderTarget::Isolation(args) => render_isolation(args),
+        RenderTarget::Webhookconfiguration {
+            ca_bundle,
+            url,
+            service,
+            port,
+            output,
+        } => {
+            let client = match (url, service) {
+                (Some(url), _) => {
+                    if !url.starts_with("https://") {
+                        bail!("invalid --url {url:?}: the API server calls webhooks over https://");
+                    }
+                    WebhookClient::Url(url)
+                }
+                (None, Some(service)) => {
+                    let Some((namespace, name)) = service.split_once('/') else {
+                        bail!("invalid --service {service:?}: expected NAMESPACE/NAME");
+                    };
+                    validate_namespace_name(namespace).context("invalid --service namespace")?;
+                    NameRule::Dns1035Label
+                        .validate(name)
+                        .context("invalid --service name")?;
+                    WebhookClient::Service {
+                        namespace: namespace.to_owned(),
+                        name: name.to_owned(),
+                        port,
+                    }
+                }
+                (None, None) => bail!("pass --url or --service"),
+            };
+            let pem = std::fs::read(&ca_bundle)
+                .with_context(|| format!("reading {}", ca_bundle.display()))?;
+            if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+                bail!("{} holds no PEM certificate", ca_bundle.display());
+            }
+            output::render(&webhook_configuration(client, &pem), output)
+        }
         RenderTarget::Syncpolicy { name, output } => {
             NameRule::Dns1123Subdomain
                 .validate(&name)

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, clap::Args)]
@@ -28,7 +29,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// Serves until SIGTERM or Ctrl-C. Logs go to stderr (`RUST_LOG`, default `info`).
+/// Serves until SIGTERM or SIGINT (Ctrl-C). Logs go to stderr (`RUST_LOG`, default `info`).
 pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
@@ -43,6 +44,15 @@ pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
     let tls = tenantplane_admission::tls_config_from_files(&args.tls_cert, &args.tls_key)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
+        // Handlers first: a signal that arrives once we log "serving" must be ours.
+        let mut terminate = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+        let mut interrupt = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+                _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+            }
+        };
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
@@ -50,32 +60,8 @@ pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
             .local_addr()
             .context("reading the listening address")?;
         tracing::info!(listen = %addr, "tenantplane webhook serving /validate and /healthz");
-        tenantplane_admission::serve(listener, tls, shutdown_signal()).await?;
+        tenantplane_admission::serve(listener, tls, shutdown).await?;
         tracing::info!("tenantplane webhook stopped");
         Ok(())
     })
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(err) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %err, "cannot wait for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot wait for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
-        () = terminate => tracing::info!("SIGTERM: shutting down"),
-    }
 }

@@ -499,11 +499,44 @@ fn webhook_serves_until_sigterm_with_structured_logs() {
             Err(err) => panic!("stderr did not end: {err}"),
         }
     }
-    assert!(
-        messages.contains(&"tenantplane webhook stopped".to_owned()),
-        "{messages:?}"
+    assert_eq!(
+        messages,
+        ["SIGTERM: shutting down", "tenantplane webhook stopped"]
     );
     let mut stdout = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
     assert!(stdout.is_empty(), "{stdout}");
+}
+
+#[test]
+fn render_webhookconfiguration_trusts_the_given_ca() {
+    let ca = tenantplane_testenv::TestCa::new("test").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let ca_path = ca_file.to_str().unwrap();
+    let out = tenantplane(&[
+        "render",
+        "webhookconfiguration",
+        "--ca-bundle",
+        ca_path,
+        "--service",
+        "tenantplane-system/tenantplane-webhook",
+        "--port",
+        "8443",
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let config: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let expected = tenantplane_admission::webhook_configuration(
+        tenantplane_admission::WebhookClient::Service {
+            namespace: "tenantplane-system".into(),
+            name: "tenantplane-webhook".into(),
+            port: Some(8443),
+        },
+        ca.cert_pem().as_bytes(),
+    );
+    assert_eq!(config, serde_json::to_value(&expected).unwrap());
+    assert_eq!(config["webhooks"][0]["failurePolicy"], "Fail");
 }
