@@ -4,10 +4,14 @@
 
 pub mod compare;
 pub mod explain;
+pub mod isolation;
 pub mod kinds;
 pub mod metadata;
 pub mod names;
 pub mod naming;
 pub mod plan;
 pub mod provenance;
+pub mod quantity;
 pub mod transform;
+pub mod validation;
+pub mod versions;

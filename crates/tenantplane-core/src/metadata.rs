@@ -15,6 +15,12 @@ pub const MANAGED_BY_VALUE: &str = "tenantplane";
 pub const LABEL_TENANT: &str = "tenantplane.io/tenant";
 pub const LABEL_VIRTUAL_NAMESPACE: &str = "tenantplane.io/virtual-namespace";
 pub const LABEL_KIND: &str = "tenantplane.io/kind";
+/// Which part of tenantplane an object belongs to, such as `isolation`.
+pub const LABEL_COMPONENT: &str = "tenantplane.io/component";
+pub const COMPONENT_ISOLATION: &str = "isolation";
+pub const COMPONENT_CONTROL_PLANE: &str = "control-plane";
+/// On a tenant control-plane namespace: the host namespace whose tenants it serves.
+pub const LABEL_CONTROL_PLANE_OF: &str = "tenantplane.io/control-plane-of";
 
 pub const ANNOTATION_VIRTUAL_NAMESPACE: &str = "tenantplane.io/virtual-namespace";
 pub const ANNOTATION_VIRTUAL_NAME: &str = "tenantplane.io/virtual-name";

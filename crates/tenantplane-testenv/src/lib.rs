@@ -11,12 +11,13 @@
 
 mod assets;
 mod certs;
+mod crds;
 mod metrics;
 mod process;
 mod server;
 
 pub use assets::Assets;
-pub use certs::{CertError, TestCa};
+pub use certs::{CertError, IssuedCert, TestCa};
 pub use metrics::{RequestCounts, parse_request_counts};
 pub use server::{ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser};
 
@@ -48,6 +49,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Cert(#[from] CertError),
+    #[error("CRD {name} was not Established within {seconds}s")]
+    CrdNotEstablished { name: String, seconds: u64 },
     #[error("kubeconfig for {server}: {message}")]
     Kubeconfig { server: String, message: String },
     #[error("request to {server} failed: {source}")]

@@ -6,6 +6,7 @@ use tenantplane_core::explain::{ExplainRequest, explain};
 
 use crate::output::{self, Format};
 use crate::render::{self, RenderTarget};
+use crate::webhook::{self, WebhookArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,6 +28,8 @@ pub enum Command {
         #[command(subcommand)]
         target: RenderTarget,
     },
+    /// Serve the validating admission webhook for tenantplane's resources over HTTPS.
+    Webhook(WebhookArgs),
     /// Print every tenantplane CRD as one YAML stream.
     Crds,
     /// Print the version.
@@ -71,6 +74,8 @@ pub fn run(cli: Cli) -> anyhow::Result<String> {
             output::render(&explanation, args.output)
         }
         Command::Render { target } => render::run(target),
+        // A server: it prints nothing on stdout, its logs go to stderr.
+        Command::Webhook(args) => webhook::run(args).map(|()| String::new()),
         Command::Crds => tenantplane_api::crds_yaml().context("rendering CRDs"),
         Command::Version => Ok(format!(
             "tenantplane {} (API {}/{})\n",

@@ -1,8 +1,10 @@
-//! The `tenantplane` binary: offline CLI today; controller and webhook server join it.
+//! The `tenantplane` binary: the offline CLI and the admission webhook server; the
+//! controller joins them.
 
 mod cli;
 mod output;
 mod render;
+mod webhook;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -10,7 +12,22 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // Usage errors too are one line, like every other error.
+        Err(err) if err.use_stderr() => {
+            let text = err.render().to_string();
+            let line: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("Usage:"))
+                .collect();
+            eprintln!("{}", line.join(" "));
+            return ExitCode::from(2);
+        }
+        // --help and --version.
+        Err(err) => err.exit(),
+    };
     match cli::run(cli) {
         Ok(text) => {
             // Print only after everything succeeded, so a failure never leaves half a

@@ -21,3 +21,24 @@ pub fn render<T: Serialize>(value: &T, format: Format) -> anyhow::Result<String>
         }
     }
 }
+
+/// Renders objects for `kubectl apply -f -`: a `---` YAML stream, or a JSON `v1/List`.
+pub fn render_list(items: &[serde_json::Value], format: Format) -> anyhow::Result<String> {
+    match format {
+        Format::Yaml => {
+            let mut out = String::new();
+            for item in items {
+                out.push_str("---\n");
+                out.push_str(&render(item, format)?);
+                if !out.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+            Ok(out)
+        }
+        Format::Json => render(
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
+            format,
+        ),
+    }
+}

@@ -1,13 +1,19 @@
 //! `tenantplane render`: tenantplane resources from a few flags.
 
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context, bail};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tenantplane_admission::{WebhookClient, webhook_configuration};
 use tenantplane_api::{
-    ClusterMode, ControlPlane, ExternalControlPlane, IsolationLevel, IsolationProfile,
-    IsolationProfileSpec, LocalRef, SecretKeyRef, SyncPolicy, SyncPolicySpec, TenantCluster,
-    TenantClusterSpec,
+    ClusterMode, ControlPlane, EgressPolicy, ExternalControlPlane, IsolationLevel,
+    IsolationProfile, IsolationProfileSpec, LocalRef, ResourceLimits, SecretKeyRef, SyncPolicy,
+    SyncPolicySpec, TenantCluster, TenantClusterSpec,
 };
+use tenantplane_core::isolation::{self, IsolationError, IsolationInput};
 use tenantplane_core::names::{NameRule, validate_namespace_name, validate_tenant_name};
+use tenantplane_core::{validation, versions};
 
 use crate::output::{self, Format};
 
@@ -47,12 +53,71 @@ pub enum RenderTarget {
         #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
         output: Format,
     },
+    /// The host objects an IsolationProfile compiles to for one tenant's namespace:
+    /// Namespace (Pod Security labels), NetworkPolicy, ResourceQuota, LimitRange.
+    Isolation(IsolationArgs),
+    /// The ValidatingWebhookConfiguration that sends tenantplane's resources to
+    /// `tenantplane webhook`, reached by URL or through a Service.
+    Webhookconfiguration {
+        /// PEM file of the CA that signed the webhook's serving certificate.
+        #[arg(long)]
+        ca_bundle: PathBuf,
+        /// The webhook's full URL, such as https://127.0.0.1:8443/validate.
+        #[arg(long, conflicts_with = "service", required_unless_present = "service")]
+        url: Option<String>,
+        /// The webhook's Service as NAMESPACE/NAME (path /validate).
+        #[arg(long)]
+        service: Option<String>,
+        /// The Service port (the API server's default is 443).
+        #[arg(long, requires = "service")]
+        port: Option<i32>,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
+        output: Format,
+    },
     /// A SyncPolicy with the default kinds (ConfigMap, Secret, Service, Pod to the host).
     Syncpolicy {
         name: String,
         #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
         output: Format,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct IsolationArgs {
+    /// A built-in level (baseline, restricted, sandboxed) or, with -f, the name of
+    /// the IsolationProfile in the file.
+    #[arg(long)]
+    pub profile: String,
+    /// The tenant's host namespace.
+    #[arg(short, long)]
+    pub namespace: String,
+    /// The TenantCluster's name; defaults to the namespace.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// CPU cap for the ResourceQuota, such as 8 or 500m.
+    #[arg(long)]
+    pub cpu: Option<String>,
+    /// Memory cap for the ResourceQuota, such as 16Gi.
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// The TenantCluster's networking.egressPolicy.
+    #[arg(long, value_enum, default_value_t = EgressArg::AllowDns)]
+    pub egress: EgressArg,
+    /// A YAML file (or - for stdin) holding the IsolationProfile named by --profile.
+    #[arg(short = 'f', long = "filename")]
+    pub file: Option<PathBuf>,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
+    pub output: Format,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EgressArg {
+    #[value(name = "denyAll")]
+    DenyAll,
+    #[value(name = "allowDNS")]
+    AllowDns,
+    #[value(name = "allowAll")]
+    AllowAll,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -83,11 +148,7 @@ pub fn run(target: RenderTarget) -> anyhow::Result<String> {
             NameRule::Dns1123Subdomain
                 .validate(&sync_policy)
                 .context("invalid --sync-policy")?;
-            if !is_kubernetes_version(&kubernetes_version) {
-                bail!(
-                    "invalid --kubernetes-version {kubernetes_version:?}: expected v1.MINOR, such as v1.31"
-                );
-            }
+            versions::resolve(&kubernetes_version).context("invalid --kubernetes-version")?;
             let external = match kubeconfig_secret {
                 Some(secret) => {
                     NameRule::Dns1123Subdomain
@@ -149,6 +210,44 @@ pub fn run(target: RenderTarget) -> anyhow::Result<String> {
             };
             output::render(&profile, output)
         }
+        RenderTarget::Isolation(args) => render_isolation(args),
+        RenderTarget::Webhookconfiguration {
+            ca_bundle,
+            url,
+            service,
+            port,
+            output,
+        } => {
+            let client = match (url, service) {
+                (Some(url), _) => {
+                    if !url.starts_with("https://") {
+                        bail!("invalid --url {url:?}: the API server calls webhooks over https://");
+                    }
+                    WebhookClient::Url(url)
+                }
+                (None, Some(service)) => {
+                    let Some((namespace, name)) = service.split_once('/') else {
+                        bail!("invalid --service {service:?}: expected NAMESPACE/NAME");
+                    };
+                    validate_namespace_name(namespace).context("invalid --service namespace")?;
+                    NameRule::Dns1035Label
+                        .validate(name)
+                        .context("invalid --service name")?;
+                    WebhookClient::Service {
+                        namespace: namespace.to_owned(),
+                        name: name.to_owned(),
+                        port,
+                    }
+                }
+                (None, None) => bail!("pass --url or --service"),
+            };
+            let pem = std::fs::read(&ca_bundle)
+                .with_context(|| format!("reading {}", ca_bundle.display()))?;
+            if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+                bail!("{} holds no PEM certificate", ca_bundle.display());
+            }
+            output::render(&webhook_configuration(client, &pem), output)
+        }
         RenderTarget::Syncpolicy { name, output } => {
             NameRule::Dns1123Subdomain
                 .validate(&name)
@@ -165,17 +264,102 @@ pub fn run(target: RenderTarget) -> anyhow::Result<String> {
     }
 }
 
-/// `v1.MINOR` or `v1.MINOR.PATCH`, the schema's pattern.
-fn is_kubernetes_version(v: &str) -> bool {
-    let Some(rest) = v.strip_prefix("v1.") else {
-        return false;
+fn render_isolation(args: IsolationArgs) -> anyhow::Result<String> {
+    let spec = match &args.file {
+        Some(path) => profile_from_file(path, &args.profile)?,
+        None => match IsolationLevel::parse(&args.profile) {
+            Some(level) => IsolationProfileSpec::for_level(level),
+            None => bail!(
+                "unknown built-in profile {:?}: expected baseline, restricted or sandboxed, or pass -f FILE holding an IsolationProfile of that name",
+                args.profile
+            ),
+        },
     };
-    let mut parts = rest.split('.');
-    let numeric =
-        |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-    let minor_ok = numeric(parts.next());
-    match parts.next() {
-        None => minor_ok,
-        Some(patch) => minor_ok && numeric(Some(patch)) && parts.next().is_none(),
+    let quantity = |q: Option<String>| q.map(Quantity);
+    let resources = (args.cpu.is_some() || args.memory.is_some()).then(|| ResourceLimits {
+        cpu: quantity(args.cpu),
+        memory: quantity(args.memory),
+    });
+    let tenant = args.tenant.as_deref().unwrap_or(&args.namespace);
+    let objects = isolation::compile(&IsolationInput {
+        tenant,
+        host_namespace: &args.namespace,
+        profile: &spec,
+        resources: resources.as_ref(),
+        egress: match args.egress {
+            EgressArg::DenyAll => EgressPolicy::DenyAll,
+            EgressArg::AllowDns => EgressPolicy::AllowDns,
+            EgressArg::AllowAll => EgressPolicy::AllowAll,
+        },
+    })
+    .map_err(|err| match err {
+        // The tenant name was not given: say where it came from.
+        IsolationError::Tenant(_) if args.tenant.is_none() => {
+            anyhow::anyhow!("{err} (--tenant defaults to --namespace; pass --tenant)")
+        }
+        err => err.into(),
+    })?;
+    let manifests = objects
+        .to_manifests()
+        .context("rendering the isolation objects")?;
+    output::render_list(&manifests, args.output)
+}
+
+/// The spec of the IsolationProfile named `name` in a YAML stream, checked with the
+/// webhook's rules.
+fn profile_from_file(path: &Path, name: &str) -> anyhow::Result<IsolationProfileSpec> {
+    let text = if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("reading stdin")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+    };
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+        .with_context(|| format!("{} is not YAML", path.display()))?;
+    let mut found = Vec::new();
+    for doc in docs {
+        if doc["kind"] != "IsolationProfile" {
+            continue;
+        }
+        let doc_name = doc["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if doc_name != name {
+            found.push(doc_name);
+            continue;
+        }
+        let expected = format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION);
+        if doc["apiVersion"] != expected.as_str() {
+            bail!(
+                "IsolationProfile {name:?} in {} has apiVersion {}: expected {expected}",
+                path.display(),
+                doc["apiVersion"]
+            );
+        }
+        let profile: IsolationProfile = serde_json::from_value(doc).with_context(|| {
+            format!(
+                "IsolationProfile {name:?} in {} is malformed",
+                path.display()
+            )
+        })?;
+        let violations = validation::isolation_profile(&profile.spec);
+        if !violations.is_empty() {
+            let joined: Vec<String> = violations.iter().map(ToString::to_string).collect();
+            bail!(
+                "IsolationProfile {name:?} in {} is invalid: {}",
+                path.display(),
+                joined.join("; ")
+            );
+        }
+        return Ok(profile.spec);
     }
+    bail!(
+        "no IsolationProfile named {name:?} in {} (found: {})",
+        path.display(),
+        if found.is_empty() {
+            "none".to_owned()
+        } else {
+            found.join(", ")
+        }
+    )
 }

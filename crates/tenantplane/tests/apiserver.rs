@@ -6,11 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
+use kube::api::{
+    ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams, PostParams,
+};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tenantplane_core::kinds::{GroupKind, Scope};
@@ -18,38 +19,6 @@ use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::transform::{TenantTarget, to_host};
 use tenantplane_testenv::{ApiServer, TestEnv};
-
-const DEADLINE: Duration = Duration::from_secs(30);
-
-async fn install_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in tenantplane_api::crds() {
-        crds.create(&PostParams::default(), &crd)
-            .await
-            .expect("CRD accepted");
-    }
-    for crd in tenantplane_api::crds() {
-        let name = crd.metadata.name.clone().unwrap();
-        let start = Instant::now();
-        loop {
-            let live = crds.get(&name).await.expect("CRD readable");
-            let established = live
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
-            }
-            assert!(
-                start.elapsed() < DEADLINE,
-                "{name} not Established within {DEADLINE:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
 
 async fn create_namespace(client: &Client, name: &str) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -114,7 +83,10 @@ async fn server_with_crds() -> (TestEnv, ApiServer, Client) {
     let env = TestEnv::start().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     let client = server.client().await.expect("client");
-    install_crds(&client).await;
+    server
+        .install_crds(tenantplane_api::crds())
+        .await
+        .expect("CRDs installed");
     (env, server, client)
 }
 
@@ -405,4 +377,68 @@ async fn transformed_objects_are_created_with_the_predicted_names_and_metadata()
             assert!(live["spec"].get("nodeName").is_none(), "the host schedules");
         }
     }
+}
+
+#[tokio::test]
+async fn rendered_isolation_objects_apply_to_the_api_server() {
+    let env = TestEnv::start().await.expect("etcd");
+    let server = env.start_apiserver("host").await.expect("apiserver");
+    let client = server.client().await.expect("client");
+    create_namespace(&client, "team-dev").await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+        .args([
+            "render",
+            "isolation",
+            "--profile",
+            "restricted",
+            "-n",
+            "team-dev",
+            "--tenant",
+            "dev",
+            "--cpu",
+            "4",
+            "--memory",
+            "8Gi",
+        ])
+        .output()
+        .expect("run tenantplane");
+    assert!(out.status.success(), "{out:?}");
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap()).expect("YAML");
+    assert_eq!(docs.len(), 4);
+    // What `kubectl apply --server-side -f -` does with the stream.
+    for doc in &docs {
+        let api = api_for(
+            &client,
+            doc["apiVersion"].as_str().unwrap(),
+            doc["kind"].as_str().unwrap(),
+            doc["metadata"]["namespace"].as_str(),
+        );
+        let name = doc["metadata"]["name"].as_str().unwrap();
+        let live = api
+            .patch(
+                name,
+                &PatchParams::apply("tenantplane-test"),
+                &Patch::Apply(doc),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{} {name} refused: {e}", doc["kind"]));
+        let live = serde_json::to_value(&live).unwrap();
+        for (key, value) in doc["metadata"]["labels"].as_object().unwrap() {
+            assert_eq!(
+                &live["metadata"]["labels"][key], value,
+                "{}: {key}",
+                doc["kind"]
+            );
+        }
+        if doc["kind"] != "Namespace" {
+            // The server keeps the spec exactly as compiled (nothing dropped or defaulted away).
+            assert_eq!(live["spec"], doc["spec"], "{}", doc["kind"]);
+        }
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = namespaces.get("team-dev").await.unwrap();
+    let labels = ns.metadata.labels.unwrap();
+    assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
+    assert_eq!(labels["pod-security.kubernetes.io/warn-version"], "latest");
 }

@@ -147,9 +147,21 @@ fn explain_args<'a>(
     args
 }
 
+/// `render isolation` arguments for `profile` and `namespace`, then `extra`.
+fn isolation_args<'a>(profile: &'a str, namespace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["render", "isolation", "--profile", profile, "-n", namespace];
+    args.extend_from_slice(extra);
+    args
+}
+
 #[test]
 fn invalid_input_is_one_line_on_stderr_and_nothing_on_stdout() {
     let too_long_tenant = "t".repeat(41);
+    let long_namespace = "n".repeat(41);
+    let dir = tempfile::tempdir().unwrap();
+    let profiles = dir.path().join("profiles.yaml");
+    std::fs::write(&profiles, INVALID_PROFILES).unwrap();
+    let profiles = profiles.to_str().unwrap().to_owned();
     let cases: Vec<Vec<&str>> = vec![
         explain_args("dev", "team-dev", "", &[]),
         explain_args("Dev", "team-dev", "x", &[]),
@@ -169,6 +181,25 @@ fn invalid_input_is_one_line_on_stderr_and_nothing_on_stdout() {
             "1.31",
         ],
         vec!["render", "syncpolicy", "not/valid"],
+        isolation_args("strict", "team-dev", &[]),
+        isolation_args("baseline", "Team", &[]),
+        // The tenant defaults to the namespace, here too long for a tenant name.
+        isolation_args("baseline", &long_namespace, &[]),
+        isolation_args("baseline", "a", &["--cpu", "lots"]),
+        isolation_args("baseline", "a", &["--memory", "-1Gi"]),
+        isolation_args("baseline", "a", &["--egress", "some"]),
+        isolation_args("mine", "a", &["-f", "/nonexistent.yaml"]),
+        isolation_args("mine", "a", &["-f", &profiles]),
+        isolation_args("unfair", "a", &["-f", &profiles]),
+        isolation_args("old", "a", &["-f", &profiles]),
+        vec![
+            "webhook",
+            "--tls-cert",
+            "/nonexistent",
+            "--tls-key",
+            "/nonexistent",
+        ],
+        vec!["webhook", "--tls-cert", &profiles, "--tls-key", &profiles],
     ];
     for args in &cases {
         let out = tenantplane(args);
@@ -259,4 +290,253 @@ fn version_names_the_api() {
     let out = tenantplane(&["version"]);
     assert!(out.status.success());
     assert!(stdout(&out).contains("tenantplane.io/v1alpha1"));
+}
+
+/// Profiles `render isolation -f` must refuse: burst below qps, a wrong apiVersion.
+const INVALID_PROFILES: &str = "\
+apiVersion: tenantplane.io/v1alpha1
+kind: IsolationProfile
+metadata: {name: unfair}
+spec:
+  level: baseline
+  controls: {apiFairness: {qps: 20, burst: 10}}
+---
+apiVersion: tenantplane.io/v1beta9
+kind: IsolationProfile
+metadata: {name: old}
+spec: {level: baseline}
+";
+
+fn render_isolation(profile: &str, namespace: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let out = tenantplane(&isolation_args(profile, namespace, extra));
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.starts_with("---\n"), "{text}");
+    serde_saphyr::from_multiple(&text).expect("a YAML stream")
+}
+
+fn kinds(objects: &[serde_json::Value]) -> Vec<&str> {
+    objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn render_isolation_prints_what_the_compiler_produces() {
+    let caps = ["--tenant", "dev", "--cpu", "8", "--memory", "16Gi"];
+    let objects = render_isolation("restricted", "team-dev", &caps);
+    let expected =
+        tenantplane_core::isolation::compile(&tenantplane_core::isolation::IsolationInput {
+            tenant: "dev",
+            host_namespace: "team-dev",
+            profile: &tenantplane_api::IsolationProfileSpec::for_level(
+                tenantplane_api::IsolationLevel::Restricted,
+            ),
+            resources: Some(&tenantplane_api::ResourceLimits {
+                cpu: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                    "8".into(),
+                )),
+                memory: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                    "16Gi".into(),
+                )),
+            }),
+            egress: tenantplane_api::EgressPolicy::AllowDns,
+        })
+        .unwrap()
+        .to_manifests()
+        .unwrap();
+    assert_eq!(objects, expected);
+    assert_eq!(
+        kinds(&objects),
+        ["Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange"]
+    );
+
+    // Baseline: no LimitRange; no caps: no ResourceQuota; the tenant defaults to the namespace.
+    let objects = render_isolation("baseline", "team-dev", &["--egress", "denyAll"]);
+    assert_eq!(kinds(&objects), ["Namespace", "NetworkPolicy"]);
+    assert_eq!(
+        objects[0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "baseline"
+    );
+    assert_eq!(
+        objects[1]["metadata"]["labels"]["tenantplane.io/tenant"],
+        "team-dev"
+    );
+    assert_eq!(objects[1]["spec"]["egress"].as_array().unwrap().len(), 1);
+
+    let json = ["--egress", "allowAll", "-o", "json"];
+    let out = tenantplane(&isolation_args("sandboxed", "team-dev", &json));
+    assert!(out.status.success(), "{out:?}");
+    let list: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(list["apiVersion"], "v1");
+    assert_eq!(list["kind"], "List");
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(kinds(items), ["Namespace", "NetworkPolicy", "LimitRange"]);
+    assert_eq!(items[1]["spec"]["egress"][1], serde_json::json!({}));
+}
+
+#[test]
+fn render_isolation_reads_a_profile_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("profiles.yaml");
+    // A stream like the samples: other kinds and other profiles are passed over.
+    std::fs::write(
+        &file,
+        "\
+apiVersion: tenantplane.io/v1alpha1
+kind: SyncPolicy
+metadata: {name: default}
+spec: {}
+---
+apiVersion: tenantplane.io/v1alpha1
+kind: IsolationProfile
+metadata: {name: other}
+spec: {level: sandboxed}
+---
+apiVersion: tenantplane.io/v1alpha1
+kind: IsolationProfile
+metadata: {name: open-baseline}
+spec:
+  level: restricted
+  controls: {podSecurity: baseline, defaultDenyNetworkPolicy: false}
+",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let objects = render_isolation("open-baseline", "team-dev", &["-f", path]);
+    // The file's overrides win over its level: no NetworkPolicy, baseline Pod Security,
+    // but the level's LimitRange.
+    assert_eq!(kinds(&objects), ["Namespace", "LimitRange"]);
+    assert_eq!(
+        objects[0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "baseline"
+    );
+
+    let out = tenantplane(&isolation_args("missing", "a", &["-f", path]));
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("found: other, open-baseline"), "{err}");
+}
+
+#[test]
+fn webhook_serves_until_sigterm_with_structured_logs() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+
+    let ca = tenantplane_testenv::TestCa::new("test").unwrap();
+    let cert = ca.issue(&["127.0.0.1"]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_file, &cert.cert_pem).unwrap();
+    std::fs::write(&key_file, &cert.key_pem).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+        .args(["webhook", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .arg("--tls-cert")
+        .arg(&cert_file)
+        .arg("--tls-key")
+        .arg(&key_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the webhook");
+    // Log lines arrive on a thread, so every wait below has a deadline.
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<serde_json::Value>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let value = serde_json::from_str(&line).expect("every log line is JSON");
+            if lines_tx.send(value).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Duration::from_secs(20);
+    let started = lines.recv_timeout(deadline).expect("a first log line");
+    assert_eq!(started["level"], "INFO");
+    let addr = started["fields"]["listen"]
+        .as_str()
+        .expect("the listen field");
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
+    std::net::TcpStream::connect(addr).expect("the webhook accepts connections");
+
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "the webhook did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    // The rest of the log, up to the end of stderr (the process has exited).
+    let mut messages = Vec::new();
+    loop {
+        match lines.recv_timeout(deadline) {
+            Ok(line) => messages.push(
+                line["fields"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            ),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(err) => panic!("stderr did not end: {err}"),
+        }
+    }
+    assert_eq!(
+        messages,
+        ["SIGTERM: shutting down", "tenantplane webhook stopped"]
+    );
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(stdout.is_empty(), "{stdout}");
+}
+
+#[test]
+fn render_webhookconfiguration_trusts_the_given_ca() {
+    let ca = tenantplane_testenv::TestCa::new("test").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let ca_path = ca_file.to_str().unwrap();
+    let out = tenantplane(&[
+        "render",
+        "webhookconfiguration",
+        "--ca-bundle",
+        ca_path,
+        "--service",
+        "tenantplane-system/tenantplane-webhook",
+        "--port",
+        "8443",
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let config: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let expected = tenantplane_admission::webhook_configuration(
+        tenantplane_admission::WebhookClient::Service {
+            namespace: "tenantplane-system".into(),
+            name: "tenantplane-webhook".into(),
+            port: Some(8443),
+        },
+        ca.cert_pem().as_bytes(),
+    );
+    assert_eq!(config, serde_json::to_value(&expected).unwrap());
+    assert_eq!(config["webhooks"][0]["failurePolicy"], "Fail");
 }

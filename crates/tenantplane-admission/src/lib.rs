@@ -1,0 +1,38 @@
+//! tenantplane's validating admission webhook for its own resources.
+//!
+//! [`review::review`] answers an `admission.k8s.io/v1` AdmissionReview with the rules
+//! of [`tenantplane_core::validation`]; [`server::serve`] serves it over HTTPS
+//! (rustls with ring) at `POST /validate`, with `GET /healthz`;
+//! [`config::webhook_configuration`] renders the ValidatingWebhookConfiguration that
+//! sends TenantClusters, IsolationProfiles and SyncPolicies (and nothing else) to it.
+
+pub mod config;
+pub mod review;
+pub mod server;
+
+pub use config::{WebhookClient, webhook_configuration};
+pub use server::{router, serve, tls_config, tls_config_from_files};
+
+use std::path::PathBuf;
+
+/// Why the webhook server could not start. Each message leaves its cause to
+/// `source()`, so `{:#}` prints the chain once.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("could not read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid PEM {what}")]
+    Pem {
+        what: &'static str,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("the certificate file holds no PEM certificate")]
+    NoCertificate,
+    #[error("TLS configuration refused")]
+    Tls(#[source] rustls::Error),
+}

@@ -1,0 +1,186 @@
+//! The HTTPS server: `POST /validate` and `GET /healthz`, over rustls (ring).
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionReview;
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use crate::Error;
+use crate::review;
+
+pub const VALIDATE_PATH: &str = "/validate";
+pub const HEALTHZ_PATH: &str = "/healthz";
+
+/// An AdmissionReview carries the object and the old object, each up to etcd's
+/// 1.5 MiB; axum's 2 MiB default would refuse large updates.
+const MAX_BODY: usize = 8 * 1024 * 1024;
+/// A client that opens a connection and never finishes the handshake gets this long.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After shutdown, requests in flight get this long to finish (the API server's
+/// own timeout for this webhook is 5 s).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Pause after a failed accept (such as too many open files) instead of spinning.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The routes, without TLS.
+pub fn router() -> Router {
+    Router::new()
+        .route(VALIDATE_PATH, post(validate))
+        .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+}
+
+async fn validate(body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
+    let review = review::review(&body);
+    if let Some(response) = &review.response {
+        tracing::info!(
+            uid = %response.uid,
+            allowed = response.allowed,
+            message = %response.result.message,
+            "admission review"
+        );
+    }
+    Json(review)
+}
+
+/// A rustls server config (ring, TLS 1.2 and 1.3, HTTP/1.1) from PEM text: the
+/// certificate chain, then the private key (PKCS#8, PKCS#1 or SEC1).
+pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, Error> {
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| Error::Pem {
+            what: "certificate",
+            source,
+        })?;
+    if certs.is_empty() {
+        return Err(Error::NoCertificate);
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|source| Error::Pem {
+        what: "private key",
+        source,
+    })?;
+    // The provider is explicit, so the config never depends on a process default.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(Error::Tls)?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(Error::Tls)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// [`tls_config`] from files.
+pub fn tls_config_from_files(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, Error> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    tls_config(&read(cert)?, &read(key)?)
+}
+
+/// Serves [`router`] over TLS on `listener` until `shutdown` completes. Then it stops
+/// accepting, closes the listener, lets requests in flight finish (idle keep-alive
+/// connections close at once) and returns: afterwards nothing answers on the port.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    let acceptor = TlsAcceptor::from(tls);
+    let app = router();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, peer)) => {
+                    connections.spawn(connection(
+                        acceptor.clone(),
+                        tcp,
+                        peer,
+                        app.clone(),
+                        stop_rx.clone(),
+                    ));
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "accepting a connection failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            },
+            // Reap finished connections so the set stays small.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    stop_tx.send_replace(true);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            connections = connections.len(),
+            "requests still in flight after the grace period were cut off"
+        );
+        connections.shutdown().await;
+    }
+    Ok(())
+}
+
+async fn connection(
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    app: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(err)) => {
+            tracing::debug!(%peer, error = %err, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(app));
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        // The block drops the watch guard (not Send) before the branch awaits.
+        _ = async { stop.wait_for(|stopping| *stopping).await.is_ok() } => {
+            // Finish the request in flight, if any, then close.
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(err) = result {
+        tracing::debug!(%peer, error = %err, "connection ended with an error");
+    }
+}

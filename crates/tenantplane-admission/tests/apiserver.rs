@@ -1,0 +1,276 @@
+//! The webhook behind a real kube-apiserver: registered by URL with a caBundle, it
+//! denies invalid tenantplane resources with its message in the API error, admits
+//! valid ones, and once stopped blocks only tenantplane's own resources.
+
+// Tests assert by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tenantplane_admission::{WebhookClient, serve, tls_config, webhook_configuration};
+use tenantplane_testenv::TestEnv;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(100);
+const DENIED_BY: &str = "admission webhook \"validate.tenantplane.io\" denied the request";
+
+fn api(client: &Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+    let resource =
+        ApiResource::from_gvk(&GroupVersionKind::gvk("tenantplane.io", "v1alpha1", kind));
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+fn tenant_cluster(name: &str, spec: Value) -> DynamicObject {
+    let mut full = json!({"isolationProfileRef": {"name": "restricted"}, "syncPolicyRef": {"name": "default"}});
+    full.as_object_mut()
+        .unwrap()
+        .extend(spec.as_object().unwrap().clone());
+    serde_json::from_value(json!({
+        "apiVersion": "tenantplane.io/v1alpha1", "kind": "TenantCluster",
+        "metadata": {"name": name, "namespace": "team-dev"}, "spec": full,
+    }))
+    .unwrap()
+}
+
+fn cluster_scoped(kind: &str, name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "tenantplane.io/v1alpha1", "kind": kind,
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// Creates `object` and returns the API server's refusal, failing if it was admitted.
+async fn refused(api: &Api<DynamicObject>, object: &DynamicObject) -> kube::core::Status {
+    match api.create(&PostParams::default(), object).await {
+        Err(kube::Error::Api(status)) => *status,
+        other => panic!("{:?} was not refused: {other:?}", object.metadata.name),
+    }
+}
+
+#[tokio::test]
+async fn the_api_server_consults_the_webhook_and_fails_closed_only_for_tenantplane() {
+    let env = TestEnv::start().await.expect("etcd");
+    let server = env.start_apiserver("host").await.expect("apiserver");
+    let client = server.client().await.expect("client");
+    server
+        .install_crds(tenantplane_api::crds())
+        .await
+        .expect("CRDs");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team-dev"}})).unwrap(),
+        )
+        .await
+        .expect("namespace");
+
+    // The webhook, on a free loopback port, with a certificate for 127.0.0.1.
+    let cert = env.ca().issue(&["127.0.0.1"]).expect("serving certificate");
+    let tls = tls_config(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes()).expect("TLS");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let webhook = tokio::spawn(serve(listener, tls, async {
+        stopped.await.ok();
+    }));
+
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let config = webhook_configuration(
+        WebhookClient::Url(format!("https://127.0.0.1:{port}/validate")),
+        env.ca().cert_pem().as_bytes(),
+    );
+    configs
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("webhook registered");
+
+    let tcs = api(&client, "TenantCluster", Some("team-dev"));
+    let long_name = "a".repeat(41);
+    let too_long = tenant_cluster(&long_name, json!({}));
+    // The API server picks up a new configuration asynchronously: dry-run the invalid
+    // object (admission runs, nothing is stored) until the webhook answers.
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let start = Instant::now();
+    loop {
+        match tcs.create(&dry_run, &too_long).await {
+            Err(kube::Error::Api(status)) if status.message.contains(DENIED_BY) => break,
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(other) => panic!("dry run failed: {other:?}"),
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the webhook was not consulted within {DEADLINE:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+
+    // Invalid objects: denied, with the webhook's message in the API error.
+    let status = refused(&tcs, &too_long).await;
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(
+        status.message.contains(&format!(
+            "{DENIED_BY}: TenantCluster team-dev/{long_name} is invalid: metadata.name: "
+        )),
+        "{}",
+        status.message
+    );
+    assert!(
+        status.message.contains("at most 40 characters"),
+        "{}",
+        status.message
+    );
+
+    let old_version = tenant_cluster("legacy", json!({"kubernetesVersion": "v1.27"}));
+    let status = refused(&tcs, &old_version).await;
+    assert!(status.message.contains(DENIED_BY), "{}", status.message);
+    assert!(
+        status.message.contains(
+            "spec.kubernetesVersion: kubernetesVersion \"v1.27\" is not supported: use one of v1.28, v1.29, v1.30, v1.31, v1.32, v1.33"
+        ),
+        "{}",
+        status.message
+    );
+
+    let policies = api(&client, "SyncPolicy", None);
+    let bad_policy = cluster_scoped(
+        "SyncPolicy",
+        "bad",
+        json!({"driftDetection": {"interval": "100ms"}, "resources": [
+            {"apiVersion": "v1", "kind": "ConfigMap"},
+            {"apiVersion": "v1", "kind": "PersistentVolume"},
+            {"apiVersion": "v1", "kind": "ConfigMap"},
+        ]}),
+    );
+    let status = refused(&policies, &bad_policy).await;
+    for expected in [
+        DENIED_BY,
+        "spec.resources[1]: PersistentVolume is cluster-scoped",
+        "spec.resources[2]: ConfigMap is already listed at spec.resources[0]",
+        "spec.driftDetection.interval: \"100ms\" is shorter than 1s",
+    ] {
+        assert!(status.message.contains(expected), "{}", status.message);
+    }
+
+    let profiles = api(&client, "IsolationProfile", None);
+    let unfair = cluster_scoped(
+        "IsolationProfile",
+        "unfair",
+        json!({"controls": {"apiFairness": {"qps": 20, "burst": 10}}}),
+    );
+    let status = refused(&profiles, &unfair).await;
+    assert!(
+        status
+            .message
+            .contains("burst (10) must be at least qps (20)"),
+        "{}",
+        status.message
+    );
+    // Nothing refused was stored.
+    assert!(tcs.get_opt(&long_name).await.unwrap().is_none());
+    assert!(policies.get_opt("bad").await.unwrap().is_none());
+
+    // Valid objects are admitted.
+    let pp = PostParams::default();
+    profiles
+        .create(
+            &pp,
+            &cluster_scoped(
+                "IsolationProfile",
+                "restricted",
+                json!({"level": "restricted"}),
+            ),
+        )
+        .await
+        .expect("valid IsolationProfile admitted");
+    policies
+        .create(
+            &pp,
+            &cluster_scoped(
+                "SyncPolicy",
+                "default",
+                json!({"resources": [{"apiVersion": "v1", "kind": "ConfigMap"}]}),
+            ),
+        )
+        .await
+        .expect("valid SyncPolicy admitted");
+    let dev = tcs
+        .create(
+            &pp,
+            &tenant_cluster(
+                "dev",
+                json!({"kubernetesVersion": "v1.31", "controlPlane": {"extraSANs": ["10.0.0.10", "dev.example.com"]}}),
+            ),
+        )
+        .await
+        .expect("valid TenantCluster admitted");
+
+    // UPDATE goes through the webhook too: a mode change needs the migration flag.
+    let mut dedicated = dev.clone();
+    dedicated.data["spec"]["mode"] = json!("dedicated");
+    match tcs.replace("dev", &pp, &dedicated).await {
+        Err(kube::Error::Api(status)) => assert!(
+            status
+                .message
+                .contains("spec.mode: cannot change from shared to dedicated"),
+            "{}",
+            status.message
+        ),
+        other => panic!("mode change admitted: {other:?}"),
+    }
+    dedicated.data["spec"]["migration"] = json!({"allowModeChange": true});
+    let migrated = tcs
+        .replace("dev", &pp, &dedicated)
+        .await
+        .expect("mode change with allowModeChange admitted");
+    assert_eq!(migrated.data["spec"]["mode"], "dedicated");
+
+    // Stop the webhook: it returns, and nothing answers on its port any more.
+    stop.send(()).unwrap();
+    tokio::time::timeout(DEADLINE, webhook)
+        .await
+        .expect("the webhook stops within the deadline")
+        .expect("the webhook task")
+        .expect("the webhook shut down cleanly");
+    assert!(
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err(),
+        "the port is closed"
+    );
+
+    // Fail-closed only for tenantplane's own resources: a ConfigMap is created...
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "team-dev");
+    config_maps
+        .create(
+            &pp,
+            &serde_json::from_value(
+                json!({"metadata": {"name": "still-works"}, "data": {"k": "v"}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .expect("a ConfigMap is not blocked by the stopped webhook");
+    // ...while a valid TenantCluster cannot be, because the webhook cannot be called.
+    let status = refused(&tcs, &tenant_cluster("prod", json!({}))).await;
+    assert!(
+        status
+            .message
+            .contains("failed calling webhook \"validate.tenantplane.io\""),
+        "{}",
+        status.message
+    );
+    assert!(tcs.get_opt("prod").await.unwrap().is_none());
+}

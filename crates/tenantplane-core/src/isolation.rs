@@ -1,0 +1,731 @@
+//! The IsolationProfile compiler: the host objects that hold one tenant inside its
+//! host namespace. Pure: the engine applies what this returns, and `tenantplane
+//! render isolation` prints it, so a preview and the enforced boundary are the same.
+//!
+//! What a profile compiles to:
+//! - `defaultDenyNetworkPolicy`: NetworkPolicy `tenantplane-isolation`, denying all
+//!   ingress and egress of every pod in the namespace except traffic among the
+//!   namespace's pods, to and from the tenant's own control plane, and what the
+//!   TenantCluster's `networking.egressPolicy` opens (DNS, or everything).
+//! - `resources` on the TenantCluster: ResourceQuota `tenantplane-quota`.
+//! - `requireResourceRequests`: LimitRange `tenantplane-limits` with per-container
+//!   defaults, so pods that set nothing are still admitted under the quota.
+//! - `podSecurity`: Pod Security Admission labels on the namespace (enforce, audit
+//!   and warn at the same level).
+//!
+//! `runtimeClassName` and `apiFairness` are applied by the sync engine per pod and
+//! per write; they have no host object of their own.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, ResourceQuota, ResourceQuotaSpec,
+};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use tenantplane_api::{EgressPolicy, IsolationProfileSpec, ResourceLimits, TenantCluster};
+
+use crate::metadata::{
+    COMPONENT_CONTROL_PLANE, COMPONENT_ISOLATION, LABEL_COMPONENT, LABEL_CONTROL_PLANE_OF,
+    LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY_VALUE,
+};
+use crate::names::{NameError, validate_namespace_name, validate_tenant_name};
+use crate::quantity::{QuantityError, approximate_value, validate_non_negative};
+
+pub const NETWORK_POLICY_NAME: &str = "tenantplane-isolation";
+pub const RESOURCE_QUOTA_NAME: &str = "tenantplane-quota";
+pub const LIMIT_RANGE_NAME: &str = "tenantplane-limits";
+
+/// Pod Security Admission namespace label keys; each also gets a `-version` label.
+pub const POD_SECURITY_MODES: [&str; 3] = [
+    "pod-security.kubernetes.io/enforce",
+    "pod-security.kubernetes.io/audit",
+    "pod-security.kubernetes.io/warn",
+];
+/// Always the server's own latest policy, so an upgrade never silently keeps an old one.
+pub const POD_SECURITY_VERSION: &str = "latest";
+
+/// Per-container defaults of the LimitRange (each lowered to the quota's cap when
+/// the cap is smaller, so a pod that sets nothing still fits).
+pub const DEFAULT_CPU_REQUEST: &str = "100m";
+pub const DEFAULT_CPU_LIMIT: &str = "1";
+pub const DEFAULT_MEMORY_REQUEST: &str = "128Mi";
+pub const DEFAULT_MEMORY_LIMIT: &str = "512Mi";
+
+/// Cluster DNS, as kubeadm, k3s and most distributions label it. The namespace label
+/// is set by Kubernetes 1.21 and later; older hosts must label kube-system themselves.
+const DNS_NAMESPACE_LABEL: (&str, &str) = ("kubernetes.io/metadata.name", "kube-system");
+const DNS_POD_LABEL: (&str, &str) = ("k8s-app", "kube-dns");
+const DNS_PORT: i32 = 53;
+
+/// Everything the compiler reads.
+#[derive(Clone, Copy, Debug)]
+pub struct IsolationInput<'a> {
+    /// The TenantCluster's name.
+    pub tenant: &'a str,
+    /// The namespace the tenant's workloads are synced into.
+    pub host_namespace: &'a str,
+    pub profile: &'a IsolationProfileSpec,
+    /// The TenantCluster's `resources`.
+    pub resources: Option<&'a ResourceLimits>,
+    /// The TenantCluster's `networking.egressPolicy`.
+    pub egress: EgressPolicy,
+}
+
+/// The compiled boundary. `None` means the profile asks for no such object (the
+/// engine deletes one it made earlier).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IsolationObjects {
+    /// The host namespace with only the Pod Security labels: an apply that adds them
+    /// to the existing namespace. It carries no tenantplane labels, because the
+    /// namespace is not tenantplane's (it holds the TenantCluster itself) and must
+    /// never be selected for garbage collection as if it were.
+    pub namespace: Namespace,
+    pub network_policy: Option<NetworkPolicy>,
+    pub resource_quota: Option<ResourceQuota>,
+    pub limit_range: Option<LimitRange>,
+}
+
+impl IsolationObjects {
+    /// Every object as JSON with `apiVersion` and `kind`, in apply order.
+    pub fn to_manifests(&self) -> Result<Vec<serde_json::Value>, serde_json::Error> {
+        let mut out = vec![serde_json::to_value(&self.namespace)?];
+        if let Some(np) = &self.network_policy {
+            out.push(serde_json::to_value(np)?);
+        }
+        if let Some(quota) = &self.resource_quota {
+            out.push(serde_json::to_value(quota)?);
+        }
+        if let Some(limits) = &self.limit_range {
+            out.push(serde_json::to_value(limits)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Input the compiler refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IsolationError {
+    #[error("invalid tenant name: {0}")]
+    Tenant(#[source] NameError),
+    #[error("invalid host namespace: {0}")]
+    Namespace(#[source] NameError),
+    #[error("invalid resources.{field}: {source}")]
+    Quantity {
+        field: &'static str,
+        #[source]
+        source: QuantityError,
+    },
+    #[error("the TenantCluster has no {0}")]
+    MissingMetadata(&'static str),
+}
+
+/// Compiles the boundary of one TenantCluster under its (already resolved) profile.
+pub fn compile_for(
+    tenant_cluster: &TenantCluster,
+    profile: &IsolationProfileSpec,
+) -> Result<IsolationObjects, IsolationError> {
+    let meta = &tenant_cluster.metadata;
+    compile(&IsolationInput {
+        tenant: meta
+            .name
+            .as_deref()
+            .ok_or(IsolationError::MissingMetadata("name"))?,
+        host_namespace: meta
+            .namespace
+            .as_deref()
+            .ok_or(IsolationError::MissingMetadata("namespace"))?,
+        profile,
+        resources: tenant_cluster.spec.resources.as_ref(),
+        egress: tenant_cluster.spec.networking.egress_policy,
+    })
+}
+
+/// Compiles the boundary. Deterministic: the same input gives equal objects.
+pub fn compile(input: &IsolationInput<'_>) -> Result<IsolationObjects, IsolationError> {
+    validate_tenant_name(input.tenant).map_err(IsolationError::Tenant)?;
+    validate_namespace_name(input.host_namespace).map_err(IsolationError::Namespace)?;
+    let caps = Caps::parse(input.resources)?;
+    let controls = input.profile.effective_controls();
+
+    let mut namespace_labels = BTreeMap::new();
+    for mode in POD_SECURITY_MODES {
+        namespace_labels.insert(mode.to_owned(), controls.pod_security.as_str().to_owned());
+        namespace_labels.insert(format!("{mode}-version"), POD_SECURITY_VERSION.to_owned());
+    }
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(input.host_namespace.to_owned()),
+            labels: Some(namespace_labels),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+
+    Ok(IsolationObjects {
+        namespace,
+        network_policy: controls
+            .default_deny_network_policy
+            .then(|| network_policy(input)),
+        resource_quota: resource_quota(input, &caps),
+        limit_range: controls
+            .require_resource_requests
+            .then(|| limit_range(input, &caps)),
+    })
+}
+
+/// The `resources` caps, checked.
+struct Caps<'a> {
+    cpu: Option<&'a str>,
+    memory: Option<&'a str>,
+}
+
+impl<'a> Caps<'a> {
+    fn parse(resources: Option<&'a ResourceLimits>) -> Result<Self, IsolationError> {
+        let check = |field: &'static str, q: Option<&'a Quantity>| match q {
+            Some(q) => validate_non_negative(&q.0)
+                .map(|()| Some(q.0.as_str()))
+                .map_err(|source| IsolationError::Quantity { field, source }),
+            None => Ok(None),
+        };
+        Ok(Self {
+            cpu: check("cpu", resources.and_then(|r| r.cpu.as_ref()))?,
+            memory: check("memory", resources.and_then(|r| r.memory.as_ref()))?,
+        })
+    }
+}
+
+fn object_meta(name: &str, input: &IsolationInput<'_>) -> ObjectMeta {
+    let labels = [
+        (LABEL_MANAGED_BY, MANAGED_BY_VALUE),
+        (LABEL_TENANT, input.tenant),
+        (LABEL_COMPONENT, COMPONENT_ISOLATION),
+    ];
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(input.host_namespace.to_owned()),
+        labels: Some(string_map(&labels)),
+        ..ObjectMeta::default()
+    }
+}
+
+fn string_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn match_labels(pairs: &[(&str, &str)]) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(string_map(pairs)),
+        match_expressions: None,
+    }
+}
+
+fn network_policy(input: &IsolationInput<'_>) -> NetworkPolicy {
+    // Every pod in the namespace. Pods are deliberately not exempted by a pod label
+    // here: a synced workload's pod template could carry one. Tenantplane's own
+    // control-plane pods run in their own namespace (`<host namespace>-cp`, outside
+    // this policy) and are exempted below as peers, by labels under `tenantplane.io/`
+    // only: tenant-supplied `tenantplane.io/*` labels are stripped by the sync
+    // transform, and the namespace label needs a Namespace, which tenants cannot
+    // sync (cluster-scoped), so tenants cannot forge the exemption.
+    let same_namespace = NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector::default()),
+        ..NetworkPolicyPeer::default()
+    };
+    let own_control_plane = NetworkPolicyPeer {
+        namespace_selector: Some(match_labels(&[(
+            LABEL_CONTROL_PLANE_OF,
+            input.host_namespace,
+        )])),
+        pod_selector: Some(match_labels(&[
+            (LABEL_COMPONENT, COMPONENT_CONTROL_PLANE),
+            (LABEL_TENANT, input.tenant),
+        ])),
+        ip_block: None,
+    };
+    let peers = vec![same_namespace, own_control_plane];
+    // Ingress from the control plane too: the tenant API server calls the tenant's
+    // own webhooks and aggregated API servers, which run as tenant pods.
+    let ingress = vec![NetworkPolicyIngressRule {
+        from: Some(peers.clone()),
+        ports: None,
+    }];
+    let mut egress = vec![NetworkPolicyEgressRule {
+        to: Some(peers),
+        ports: None,
+    }];
+    match input.egress {
+        EgressPolicy::DenyAll => {}
+        EgressPolicy::AllowDns => egress.push(NetworkPolicyEgressRule {
+            to: Some(vec![NetworkPolicyPeer {
+                namespace_selector: Some(match_labels(&[DNS_NAMESPACE_LABEL])),
+                pod_selector: Some(match_labels(&[DNS_POD_LABEL])),
+                ip_block: None,
+            }]),
+            ports: Some(
+                ["UDP", "TCP"]
+                    .into_iter()
+                    .map(|protocol| NetworkPolicyPort {
+                        port: Some(IntOrString::Int(DNS_PORT)),
+                        protocol: Some(protocol.to_owned()),
+                        end_port: None,
+                    })
+                    .collect(),
+            ),
+        }),
+        // A rule without peers or ports allows all egress; ingress stays denied.
+        EgressPolicy::AllowAll => egress.push(NetworkPolicyEgressRule::default()),
+    }
+    NetworkPolicy {
+        metadata: object_meta(NETWORK_POLICY_NAME, input),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Ingress".to_owned(), "Egress".to_owned()]),
+            ingress: Some(ingress),
+            egress: Some(egress),
+        }),
+    }
+}
+
+fn resource_quota(input: &IsolationInput<'_>, caps: &Caps<'_>) -> Option<ResourceQuota> {
+    let mut hard = BTreeMap::new();
+    for (resource, cap) in [("cpu", caps.cpu), ("memory", caps.memory)] {
+        if let Some(cap) = cap {
+            for kind in ["requests", "limits"] {
+                hard.insert(format!("{kind}.{resource}"), Quantity(cap.to_owned()));
+            }
+        }
+    }
+    // `resources: {}` caps nothing: no quota rather than an empty one.
+    if hard.is_empty() {
+        return None;
+    }
+    Some(ResourceQuota {
+        metadata: object_meta(RESOURCE_QUOTA_NAME, input),
+        spec: Some(ResourceQuotaSpec {
+            hard: Some(hard),
+            ..ResourceQuotaSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The smaller of a default and the tenant's cap: a default above the whole quota
+/// would make every pod that relies on it unschedulable.
+fn capped(default: &str, cap: Option<&str>) -> Quantity {
+    let smaller = match cap.and_then(|c| Some((c, approximate_value(c)?))) {
+        Some((cap, cap_value)) if approximate_value(default).is_some_and(|d| cap_value < d) => cap,
+        _ => default,
+    };
+    Quantity(smaller.to_owned())
+}
+
+fn limit_range(input: &IsolationInput<'_>, caps: &Caps<'_>) -> LimitRange {
+    let quantities = |cpu: &str, memory: &str| {
+        BTreeMap::from([
+            ("cpu".to_owned(), capped(cpu, caps.cpu)),
+            ("memory".to_owned(), capped(memory, caps.memory)),
+        ])
+    };
+    LimitRange {
+        metadata: object_meta(LIMIT_RANGE_NAME, input),
+        spec: Some(LimitRangeSpec {
+            limits: vec![LimitRangeItem {
+                type_: "Container".to_owned(),
+                default_request: Some(quantities(DEFAULT_CPU_REQUEST, DEFAULT_MEMORY_REQUEST)),
+                default: Some(quantities(DEFAULT_CPU_LIMIT, DEFAULT_MEMORY_LIMIT)),
+                ..LimitRangeItem::default()
+            }],
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tenantplane_api::{IsolationControls, IsolationLevel, PodSecurityLevel, TenantClusterSpec};
+
+    use super::*;
+
+    fn limits(cpu: Option<&str>, memory: Option<&str>) -> ResourceLimits {
+        ResourceLimits {
+            cpu: cpu.map(|c| Quantity(c.to_owned())),
+            memory: memory.map(|m| Quantity(m.to_owned())),
+        }
+    }
+
+    fn compile_level(
+        level: IsolationLevel,
+        resources: Option<&ResourceLimits>,
+        egress: EgressPolicy,
+    ) -> IsolationObjects {
+        compile(&IsolationInput {
+            tenant: "dev",
+            host_namespace: "team-dev",
+            profile: &IsolationProfileSpec::for_level(level),
+            resources,
+            egress,
+        })
+        .expect("compiles")
+    }
+
+    fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
+        serde_json::to_value(value).expect("serializes")
+    }
+
+    fn spec(objects: &IsolationObjects) -> serde_json::Value {
+        json(objects.network_policy.as_ref().expect("a NetworkPolicy"))["spec"].clone()
+    }
+
+    fn control_plane_peer() -> serde_json::Value {
+        serde_json::json!({
+            "namespaceSelector": {"matchLabels": {"tenantplane.io/control-plane-of": "team-dev"}},
+            "podSelector": {"matchLabels": {
+                "tenantplane.io/component": "control-plane",
+                "tenantplane.io/tenant": "dev",
+            }},
+        })
+    }
+
+    #[test]
+    fn every_level_sets_its_pod_security_level_in_all_three_modes() {
+        for (level, expected) in [
+            (IsolationLevel::Baseline, "baseline"),
+            (IsolationLevel::Restricted, "restricted"),
+            (IsolationLevel::Sandboxed, "restricted"),
+        ] {
+            let objects = compile_level(level, None, EgressPolicy::AllowDns);
+            let ns = json(&objects.namespace);
+            assert_eq!(ns["apiVersion"], "v1");
+            assert_eq!(ns["kind"], "Namespace");
+            assert_eq!(ns["metadata"]["name"], "team-dev");
+            let labels = objects.namespace.metadata.labels.clone().unwrap();
+            let expected_labels: BTreeMap<String, String> = [
+                ("pod-security.kubernetes.io/audit", expected),
+                ("pod-security.kubernetes.io/audit-version", "latest"),
+                ("pod-security.kubernetes.io/enforce", expected),
+                ("pod-security.kubernetes.io/enforce-version", "latest"),
+                ("pod-security.kubernetes.io/warn", expected),
+                ("pod-security.kubernetes.io/warn-version", "latest"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+            assert_eq!(labels, expected_labels, "{level:?}");
+        }
+    }
+
+    #[test]
+    fn every_level_denies_by_default_and_only_restricted_levels_set_limits() {
+        for (level, wants_limits) in [
+            (IsolationLevel::Baseline, false),
+            (IsolationLevel::Restricted, true),
+            (IsolationLevel::Sandboxed, true),
+        ] {
+            let objects = compile_level(level, None, EgressPolicy::AllowDns);
+            let np = json(objects.network_policy.as_ref().unwrap());
+            assert_eq!(np["apiVersion"], "networking.k8s.io/v1");
+            assert_eq!(np["metadata"]["name"], "tenantplane-isolation");
+            assert_eq!(np["metadata"]["namespace"], "team-dev");
+            assert_eq!(np["spec"]["podSelector"], serde_json::json!({}));
+            assert_eq!(
+                np["spec"]["policyTypes"],
+                serde_json::json!(["Ingress", "Egress"])
+            );
+            assert_eq!(objects.limit_range.is_some(), wants_limits, "{level:?}");
+            assert_eq!(objects.resource_quota, None);
+        }
+    }
+
+    #[test]
+    fn the_network_policy_can_be_switched_off() {
+        let profile = IsolationProfileSpec {
+            level: IsolationLevel::Restricted,
+            controls: IsolationControls {
+                default_deny_network_policy: Some(false),
+                pod_security: Some(PodSecurityLevel::Privileged),
+                ..IsolationControls::default()
+            },
+        };
+        let objects = compile(&IsolationInput {
+            tenant: "dev",
+            host_namespace: "team-dev",
+            profile: &profile,
+            resources: None,
+            egress: EgressPolicy::AllowDns,
+        })
+        .unwrap();
+        assert_eq!(objects.network_policy, None);
+        let labels = objects.namespace.metadata.labels.unwrap();
+        assert_eq!(labels["pod-security.kubernetes.io/enforce"], "privileged");
+    }
+
+    #[test]
+    fn ingress_is_the_namespace_and_the_own_control_plane_only() {
+        for egress in [
+            EgressPolicy::DenyAll,
+            EgressPolicy::AllowDns,
+            EgressPolicy::AllowAll,
+        ] {
+            let spec = spec(&compile_level(IsolationLevel::Restricted, None, egress));
+            assert_eq!(
+                spec["ingress"],
+                serde_json::json!([{"from": [{"podSelector": {}}, control_plane_peer()]}]),
+                "{egress:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn deny_all_egress_reaches_nothing_but_the_namespace_and_the_control_plane() {
+        let spec = spec(&compile_level(
+            IsolationLevel::Restricted,
+            None,
+            EgressPolicy::DenyAll,
+        ));
+        assert_eq!(
+            spec["egress"],
+            serde_json::json!([{"to": [{"podSelector": {}}, control_plane_peer()]}])
+        );
+    }
+
+    #[test]
+    fn allow_dns_egress_adds_cluster_dns_on_udp_and_tcp_53() {
+        let spec = spec(&compile_level(
+            IsolationLevel::Baseline,
+            None,
+            EgressPolicy::AllowDns,
+        ));
+        assert_eq!(
+            spec["egress"],
+            serde_json::json!([
+                {"to": [{"podSelector": {}}, control_plane_peer()]},
+                {
+                    "to": [{
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                    }],
+                    "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+                },
+            ])
+        );
+    }
+
+    #[test]
+    fn allow_all_egress_adds_an_unrestricted_rule() {
+        let spec = spec(&compile_level(
+            IsolationLevel::Sandboxed,
+            None,
+            EgressPolicy::AllowAll,
+        ));
+        assert_eq!(
+            spec["egress"],
+            serde_json::json!([{"to": [{"podSelector": {}}, control_plane_peer()]}, {}])
+        );
+    }
+
+    #[test]
+    fn every_exemption_label_is_tenantplanes_own() {
+        let spec = spec(&compile_level(
+            IsolationLevel::Restricted,
+            None,
+            EgressPolicy::DenyAll,
+        ));
+        let peer = &spec["egress"][0]["to"][1];
+        for selector in ["namespaceSelector", "podSelector"] {
+            let labels = peer[selector]["matchLabels"].as_object().unwrap();
+            assert!(!labels.is_empty());
+            for key in labels.keys() {
+                assert!(crate::metadata::is_reserved_key(key), "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_object_is_labelled_as_tenantplanes_isolation() {
+        let resources = limits(Some("8"), Some("16Gi"));
+        let objects = compile_level(
+            IsolationLevel::Restricted,
+            Some(&resources),
+            EgressPolicy::AllowDns,
+        );
+        let manifests = objects.to_manifests().unwrap();
+        let kinds: Vec<_> = manifests.iter().map(|m| m["kind"].clone()).collect();
+        assert_eq!(
+            kinds,
+            ["Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange"]
+        );
+        for m in &manifests[1..] {
+            assert_eq!(
+                m["metadata"]["labels"],
+                serde_json::json!({
+                    "app.kubernetes.io/managed-by": "tenantplane",
+                    "tenantplane.io/component": "isolation",
+                    "tenantplane.io/tenant": "dev",
+                }),
+                "{}",
+                m["kind"]
+            );
+            assert_eq!(m["metadata"]["namespace"], "team-dev");
+        }
+        // The namespace is not tenantplane's: only the Pod Security labels are applied.
+        let ns_labels = manifests[0]["metadata"]["labels"].as_object().unwrap();
+        assert!(
+            ns_labels
+                .keys()
+                .all(|k| k.starts_with("pod-security.kubernetes.io/"))
+        );
+    }
+
+    #[test]
+    fn resources_cap_requests_and_limits() {
+        let resources = limits(Some("8"), Some("16Gi"));
+        let objects = compile_level(
+            IsolationLevel::Baseline,
+            Some(&resources),
+            EgressPolicy::AllowDns,
+        );
+        let quota = json(objects.resource_quota.as_ref().unwrap());
+        assert_eq!(quota["metadata"]["name"], "tenantplane-quota");
+        assert_eq!(
+            quota["spec"],
+            serde_json::json!({"hard": {
+                "limits.cpu": "8", "limits.memory": "16Gi",
+                "requests.cpu": "8", "requests.memory": "16Gi",
+            }})
+        );
+
+        let cpu_only = limits(Some("500m"), None);
+        let objects = compile_level(
+            IsolationLevel::Baseline,
+            Some(&cpu_only),
+            EgressPolicy::AllowDns,
+        );
+        let hard = objects.resource_quota.unwrap().spec.unwrap().hard.unwrap();
+        assert_eq!(
+            hard.keys().collect::<Vec<_>>(),
+            ["limits.cpu", "requests.cpu"]
+        );
+
+        let empty = limits(None, None);
+        let objects = compile_level(
+            IsolationLevel::Baseline,
+            Some(&empty),
+            EgressPolicy::AllowDns,
+        );
+        assert_eq!(objects.resource_quota, None);
+    }
+
+    #[test]
+    fn limit_range_defaults_fit_under_a_small_quota() {
+        let objects = compile_level(IsolationLevel::Restricted, None, EgressPolicy::AllowDns);
+        let lr = json(objects.limit_range.as_ref().unwrap());
+        assert_eq!(lr["metadata"]["name"], "tenantplane-limits");
+        assert_eq!(
+            lr["spec"],
+            serde_json::json!({"limits": [{
+                "type": "Container",
+                "default": {"cpu": "1", "memory": "512Mi"},
+                "defaultRequest": {"cpu": "100m", "memory": "128Mi"},
+            }]})
+        );
+
+        let small = limits(Some("500m"), Some("256Mi"));
+        let objects = compile_level(
+            IsolationLevel::Restricted,
+            Some(&small),
+            EgressPolicy::AllowDns,
+        );
+        let lr = json(objects.limit_range.as_ref().unwrap());
+        assert_eq!(
+            lr["spec"]["limits"][0]["default"],
+            serde_json::json!({"cpu": "500m", "memory": "256Mi"})
+        );
+        assert_eq!(
+            lr["spec"]["limits"][0]["defaultRequest"],
+            serde_json::json!({"cpu": "100m", "memory": "128Mi"})
+        );
+    }
+
+    #[test]
+    fn compilation_is_deterministic() {
+        let resources = limits(Some("8"), Some("16Gi"));
+        for level in IsolationLevel::ALL {
+            for egress in [
+                EgressPolicy::DenyAll,
+                EgressPolicy::AllowDns,
+                EgressPolicy::AllowAll,
+            ] {
+                let a = compile_level(level, Some(&resources), egress);
+                let b = compile_level(level, Some(&resources), egress);
+                assert_eq!(a, b);
+                assert_eq!(
+                    serde_json::to_string(&a.to_manifests().unwrap()).unwrap(),
+                    serde_json::to_string(&b.to_manifests().unwrap()).unwrap()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let profile = IsolationProfileSpec::for_level(IsolationLevel::Restricted);
+        let input = |tenant, host_namespace, resources| IsolationInput {
+            tenant,
+            host_namespace,
+            profile: &profile,
+            resources,
+            egress: EgressPolicy::AllowDns,
+        };
+        let long = "a".repeat(41);
+        assert!(matches!(
+            compile(&input(&long, "team-dev", None)),
+            Err(IsolationError::Tenant(_))
+        ));
+        assert!(matches!(
+            compile(&input("dev", "Team", None)),
+            Err(IsolationError::Namespace(_))
+        ));
+        let bad = limits(Some("8"), Some("lots"));
+        let err = compile(&input("dev", "team-dev", Some(&bad))).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid resources.memory: \"lots\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_tenant_cluster_compiles_from_its_own_fields() {
+        let spec: TenantClusterSpec = serde_json::from_value(serde_json::json!({
+            "isolationProfileRef": {"name": "restricted"},
+            "syncPolicyRef": {"name": "default"},
+            "networking": {"egressPolicy": "denyAll"},
+            "resources": {"cpu": "2"},
+        }))
+        .unwrap();
+        let mut tc = TenantCluster::new("dev", spec);
+        let profile = IsolationProfileSpec::for_level(IsolationLevel::Restricted);
+        assert_eq!(
+            compile_for(&tc, &profile),
+            Err(IsolationError::MissingMetadata("namespace"))
+        );
+        tc.metadata.namespace = Some("team-dev".to_owned());
+        let objects = compile_for(&tc, &profile).unwrap();
+        assert_eq!(
+            objects,
+            compile_level(
+                IsolationLevel::Restricted,
+                Some(&limits(Some("2"), None)),
+                EgressPolicy::DenyAll
+            )
+        );
+    }
+}

@@ -1,0 +1,420 @@
+//! The rules tenantplane's resources must follow beyond their schema. The admission
+//! webhook enforces them; the CLI checks the same rules offline. Every violation
+//! names its field and says what to change.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use tenantplane_api::sync_policy::parse_interval;
+use tenantplane_api::{IsolationProfileSpec, SyncPolicySpec, TenantClusterSpec};
+
+use crate::kinds::{GroupKind, KindError};
+use crate::names::{NameRule, validate_tenant_name};
+use crate::quantity::validate_non_negative;
+use crate::versions;
+
+/// The shortest drift interval: every pass lists every synced kind.
+pub const MIN_DRIFT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// One broken rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The field's path, such as `spec.kubernetesVersion`.
+    pub field: String,
+    /// What is wrong and what to change.
+    pub message: String,
+}
+
+impl Violation {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// The violations of `new` that `old` did not already have. An update may keep a
+/// problem the object had before these rules existed (so the controller can still
+/// update such an object, such as to remove its finalizer), but add none.
+pub fn introduced(old: &[Violation], new: Vec<Violation>) -> Vec<Violation> {
+    new.into_iter().filter(|v| !old.contains(v)).collect()
+}
+
+fn check_subdomain(field: &str, name: &str, what: &str, out: &mut Vec<Violation>) {
+    if let Err(err) = NameRule::Dns1123Subdomain.validate(name) {
+        out.push(Violation::new(field, format!("{err}: {what}")));
+    }
+}
+
+/// A TenantCluster's name and spec.
+pub fn tenant_cluster(name: &str, spec: &TenantClusterSpec) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if let Err(err) = validate_tenant_name(name) {
+        out.push(Violation::new(
+            "metadata.name",
+            format!(
+                "{err}; choose a lower-case DNS label of at most 40 characters (the tenant's host objects are named after it)"
+            ),
+        ));
+    }
+    if let Err(err) = versions::resolve(&spec.kubernetes_version) {
+        out.push(Violation::new("spec.kubernetesVersion", err.to_string()));
+    }
+    check_subdomain(
+        "spec.isolationProfileRef.name",
+        &spec.isolation_profile_ref.name,
+        "name an IsolationProfile",
+        &mut out,
+    );
+    check_subdomain(
+        "spec.syncPolicyRef.name",
+        &spec.sync_policy_ref.name,
+        "name a SyncPolicy",
+        &mut out,
+    );
+    for (i, san) in spec.control_plane.extra_sans.iter().enumerate() {
+        if !is_ip_or_dns_name(san) {
+            out.push(Violation::new(
+                format!("spec.controlPlane.extraSANs[{i}]"),
+                format!(
+                    "{san:?} is neither an IP address nor a DNS name: write an IP such as 10.0.0.10 or a lower-case DNS name such as api.example.com"
+                ),
+            ));
+        }
+    }
+    if let Some(external) = &spec.control_plane.external {
+        check_subdomain(
+            "spec.controlPlane.external.kubeconfigSecretRef.name",
+            &external.kubeconfig_secret_ref.name,
+            "name a Secret in the TenantCluster's namespace",
+            &mut out,
+        );
+    }
+    if let Some(resources) = &spec.resources {
+        for (field, quantity) in [("cpu", &resources.cpu), ("memory", &resources.memory)] {
+            if let Some(Err(err)) = quantity.as_ref().map(|q| validate_non_negative(&q.0)) {
+                out.push(Violation::new(
+                    format!("spec.resources.{field}"),
+                    err.to_string(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// What may not change between two versions of a TenantCluster.
+pub fn tenant_cluster_update(old: &TenantClusterSpec, new: &TenantClusterSpec) -> Vec<Violation> {
+    let mut out = Vec::new();
+    // The new object's flag counts, so one apply can both allow and make the change;
+    // what the rule prevents is a mode change nobody asked for explicitly.
+    if old.mode != new.mode && !new.migration.allow_mode_change {
+        out.push(Violation::new(
+            "spec.mode",
+            format!(
+                "cannot change from {} to {} after creation: set spec.migration.allowModeChange: true to migrate the tenant, or keep mode: {}",
+                old.mode.as_str(),
+                new.mode.as_str(),
+                old.mode.as_str()
+            ),
+        ));
+    }
+    out
+}
+
+/// A SAN is an IP address, or a DNS name (optionally a `*.` wildcard, as certificates allow).
+fn is_ip_or_dns_name(san: &str) -> bool {
+    if san.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    let name = san.strip_prefix("*.").unwrap_or(san);
+    NameRule::Dns1123Subdomain.validate(name).is_ok()
+}
+
+/// An IsolationProfile's spec.
+pub fn isolation_profile(spec: &IsolationProfileSpec) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if let Some(runtime_class) = &spec.controls.runtime_class_name {
+        check_subdomain(
+            "spec.controls.runtimeClassName",
+            runtime_class,
+            "name a RuntimeClass that exists on the host",
+            &mut out,
+        );
+    }
+    if let Some(fairness) = &spec.controls.api_fairness
+        && fairness.burst < fairness.qps
+    {
+        out.push(Violation::new(
+            "spec.controls.apiFairness.burst",
+            format!(
+                "burst ({}) must be at least qps ({}): raise burst or lower qps",
+                fairness.burst, fairness.qps
+            ),
+        ));
+    }
+    out
+}
+
+/// A SyncPolicy's spec.
+pub fn sync_policy(spec: &SyncPolicySpec) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut seen: BTreeMap<GroupKind, usize> = BTreeMap::new();
+    for (i, resource) in spec.resources.iter().enumerate() {
+        let field = format!("spec.resources[{i}]");
+        match GroupKind::from_api_version(&resource.api_version, &resource.kind) {
+            Err(err) => out.push(Violation::new(field, err.to_string())),
+            Ok(group_kind) if group_kind.is_known_cluster_scoped() => {
+                let err = KindError::ClusterScoped { group_kind };
+                out.push(Violation::new(field, format!("{err}; remove it")));
+            }
+            Ok(group_kind) => {
+                if let Some(first) = seen.get(&group_kind) {
+                    out.push(Violation::new(
+                        field,
+                        format!(
+                            "{group_kind} is already listed at spec.resources[{first}]: list each kind once"
+                        ),
+                    ));
+                } else {
+                    seen.insert(group_kind, i);
+                }
+            }
+        }
+    }
+    let field = "spec.driftDetection.interval";
+    match parse_interval(&spec.drift_detection.interval) {
+        Err(err) => out.push(Violation::new(field, err.to_string())),
+        Ok(interval) if interval < MIN_DRIFT_INTERVAL => out.push(Violation::new(
+            field,
+            format!(
+                "{:?} is shorter than 1s: every pass lists every synced kind, so use 1s or more, such as 30s",
+                spec.drift_detection.interval
+            ),
+        )),
+        Ok(_) => {}
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use tenantplane_api::{
+        ApiFairness, ClusterMode, ExternalControlPlane, IsolationLevel, ResourceLimits,
+        SecretKeyRef, SyncDirection, SyncResource,
+    };
+
+    use super::*;
+
+    fn tc_spec() -> TenantClusterSpec {
+        serde_json::from_value(serde_json::json!({
+            "isolationProfileRef": {"name": "restricted"},
+            "syncPolicyRef": {"name": "default"},
+        }))
+        .unwrap()
+    }
+
+    fn fields(violations: &[Violation]) -> Vec<&str> {
+        violations.iter().map(|v| v.field.as_str()).collect()
+    }
+
+    #[test]
+    fn a_default_tenant_cluster_is_valid() {
+        assert_eq!(tenant_cluster("dev", &tc_spec()), []);
+        assert_eq!(tenant_cluster(&"a".repeat(40), &tc_spec()), []);
+    }
+
+    #[test]
+    fn long_names_and_old_versions_are_refused_with_the_fix() {
+        let mut spec = tc_spec();
+        spec.kubernetes_version = "v1.27".into();
+        let v = tenant_cluster(&"a".repeat(41), &spec);
+        assert_eq!(fields(&v), ["metadata.name", "spec.kubernetesVersion"]);
+        assert!(v[0].message.contains("at most 40 characters"), "{}", v[0]);
+        assert!(
+            v[1].to_string()
+                .ends_with("use one of v1.28, v1.29, v1.30, v1.31, v1.32, v1.33"),
+            "{}",
+            v[1]
+        );
+    }
+
+    #[test]
+    fn sans_must_be_ips_or_dns_names() {
+        let mut spec = tc_spec();
+        spec.control_plane.extra_sans = [
+            "10.0.0.1",
+            "fd00::1",
+            "api.example.com",
+            "*.example.com",
+            "Bad_Name",
+            "a b",
+            "",
+            "*",
+        ]
+        .map(String::from)
+        .to_vec();
+        let v = tenant_cluster("dev", &spec);
+        assert_eq!(
+            fields(&v),
+            [
+                "spec.controlPlane.extraSANs[4]",
+                "spec.controlPlane.extraSANs[5]",
+                "spec.controlPlane.extraSANs[6]",
+                "spec.controlPlane.extraSANs[7]",
+            ]
+        );
+        assert!(v[0].message.contains("such as api.example.com"));
+    }
+
+    #[test]
+    fn references_secrets_and_caps_are_checked() {
+        let mut spec = tc_spec();
+        spec.isolation_profile_ref.name = "Restricted".into();
+        spec.control_plane.external = Some(ExternalControlPlane {
+            kubeconfig_secret_ref: SecretKeyRef {
+                name: "kube_config".into(),
+                key: "kubeconfig".into(),
+            },
+        });
+        spec.resources = Some(ResourceLimits {
+            cpu: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                "-1".into(),
+            )),
+            memory: None,
+        });
+        let v = tenant_cluster("dev", &spec);
+        assert_eq!(
+            fields(&v),
+            [
+                "spec.isolationProfileRef.name",
+                "spec.controlPlane.external.kubeconfigSecretRef.name",
+                "spec.resources.cpu",
+            ]
+        );
+        assert!(
+            v[1].message
+                .ends_with("name a Secret in the TenantCluster's namespace")
+        );
+    }
+
+    #[test]
+    fn mode_changes_need_the_migration_flag() {
+        let old = tc_spec();
+        let mut new = tc_spec();
+        new.mode = ClusterMode::Dedicated;
+        let v = tenant_cluster_update(&old, &new);
+        assert_eq!(
+            v[0].to_string(),
+            "spec.mode: cannot change from shared to dedicated after creation: set spec.migration.allowModeChange: true to migrate the tenant, or keep mode: shared"
+        );
+        new.migration.allow_mode_change = true;
+        assert_eq!(tenant_cluster_update(&old, &new), []);
+        assert_eq!(tenant_cluster_update(&old, &old), []);
+    }
+
+    #[test]
+    fn updates_may_keep_old_problems_but_not_add_new_ones() {
+        let mut old_spec = tc_spec();
+        old_spec.kubernetes_version = "v1.27".into();
+        let old = tenant_cluster("dev", &old_spec);
+        assert_eq!(introduced(&old, tenant_cluster("dev", &old_spec)), []);
+        let mut new_spec = old_spec.clone();
+        new_spec.kubernetes_version = "v1.26".into();
+        assert_eq!(
+            fields(&introduced(&old, tenant_cluster("dev", &new_spec))),
+            ["spec.kubernetesVersion"]
+        );
+    }
+
+    #[test]
+    fn isolation_profiles() {
+        for level in IsolationLevel::ALL {
+            assert_eq!(
+                isolation_profile(&IsolationProfileSpec::for_level(level)),
+                []
+            );
+        }
+        let mut spec = IsolationProfileSpec::for_level(IsolationLevel::Sandboxed);
+        spec.controls.runtime_class_name = Some("Kata QEMU".into());
+        spec.controls.api_fairness = Some(ApiFairness { qps: 20, burst: 10 });
+        let v = isolation_profile(&spec);
+        assert_eq!(
+            fields(&v),
+            [
+                "spec.controls.runtimeClassName",
+                "spec.controls.apiFairness.burst"
+            ]
+        );
+        assert_eq!(
+            v[1].message,
+            "burst (10) must be at least qps (20): raise burst or lower qps"
+        );
+        spec.controls.api_fairness = Some(ApiFairness { qps: 20, burst: 20 });
+        spec.controls.runtime_class_name = Some("gvisor".into());
+        assert_eq!(isolation_profile(&spec), []);
+    }
+
+    fn resource(api_version: &str, kind: &str) -> SyncResource {
+        SyncResource {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            direction: SyncDirection::ToHost,
+        }
+    }
+
+    #[test]
+    fn sync_policies() {
+        assert_eq!(sync_policy(&SyncPolicySpec::default_policy()), []);
+        let mut spec = SyncPolicySpec::default_policy();
+        spec.resources = vec![
+            resource("v1", "ConfigMap"),
+            resource("a/b/c", "Widget"),
+            resource("v1", "PersistentVolume"),
+            resource("v2", "ConfigMap"),
+            resource("example.com/v1", "Widget"),
+            resource("example.com/v2", "Widget"),
+        ];
+        spec.drift_detection.interval = "500ms".into();
+        let v = sync_policy(&spec);
+        assert_eq!(
+            fields(&v),
+            [
+                "spec.resources[1]",
+                "spec.resources[2]",
+                "spec.resources[3]",
+                "spec.resources[5]",
+                "spec.driftDetection.interval",
+            ]
+        );
+        assert!(v[1].message.contains("cluster-scoped"), "{}", v[1]);
+        assert_eq!(
+            v[2].message,
+            "ConfigMap is already listed at spec.resources[0]: list each kind once"
+        );
+        assert_eq!(
+            v[3].message,
+            "Widget.example.com is already listed at spec.resources[4]: list each kind once"
+        );
+        assert!(v[4].message.contains("use 1s or more"), "{}", v[4]);
+
+        spec.resources.clear();
+        spec.drift_detection.interval = "soon".into();
+        assert!(
+            sync_policy(&spec)[0]
+                .message
+                .starts_with("invalid interval")
+        );
+        spec.drift_detection.interval = "1s".into();
+        assert_eq!(sync_policy(&spec), []);
+    }
+}
