@@ -7,5 +7,6 @@ pub mod decisions;
 pub mod engine;
 pub mod fairness;
 pub mod kind_sync;
+pub mod leader;
 pub mod metrics;
 pub mod queue;

@@ -4,9 +4,12 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tenantplane_core::explain::{ExplainRequest, explain};
 
+use crate::controller::{self, ControllerArgs};
 use crate::output::{self, Format};
 use crate::render::{self, RenderTarget};
+use crate::up::{self, UpArgs};
 use crate::webhook::{self, WebhookArgs};
+use crate::why::{self, WhyArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,6 +33,12 @@ pub enum Command {
     },
     /// Serve the validating admission webhook for tenantplane's resources over HTTPS.
     Webhook(WebhookArgs),
+    /// Run the TenantCluster controller and its sync engines against the host cluster.
+    Controller(ControllerArgs),
+    /// Explain a host object: the tenant object behind it and the latest decisions about it.
+    Why(WhyArgs),
+    /// A local playground: host and tenant API servers, tenantplane, decisions as they happen.
+    Up(UpArgs),
     /// Print every tenantplane CRD as one YAML stream.
     Crds,
     /// Print the version.
@@ -76,6 +85,10 @@ pub fn run(cli: Cli) -> anyhow::Result<String> {
         Command::Render { target } => render::run(target),
         // A server: it prints nothing on stdout, its logs go to stderr.
         Command::Webhook(args) => webhook::run(args).map(|()| String::new()),
+        Command::Controller(args) => controller::run(args).map(|()| String::new()),
+        Command::Why(args) => why::run(args),
+        // `up` prints decisions as they happen, so it writes stdout itself.
+        Command::Up(args) => up::run(args).map(|()| String::new()),
         Command::Crds => tenantplane_api::crds_yaml().context("rendering CRDs"),
         Command::Version => Ok(format!(
             "tenantplane {} (API {}/{})\n",

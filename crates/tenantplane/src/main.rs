@@ -2,9 +2,14 @@
 //! controller joins them.
 
 mod cli;
+mod controller;
+mod kube_client;
+mod logging;
 mod output;
 mod render;
+mod up;
 mod webhook;
+mod why;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::logging::{self, LogFormat};
 use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
-use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, clap::Args)]
 pub struct WebhookArgs {
@@ -23,23 +23,9 @@ pub struct WebhookArgs {
     pub log_format: LogFormat,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
 /// Serves until SIGTERM or SIGINT (Ctrl-C). Logs go to stderr (`RUST_LOG`, default `info`).
 pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Text => logs.try_init(),
-        LogFormat::Json => logs.json().try_init(),
-    }
-    .map_err(|err| anyhow::anyhow!("setting up logging: {err}"))?;
+    logging::init(args.log_format, "info")?;
     // Checked before anything listens, so a bad file is an error, not a broken server.
     let tls = tenantplane_admission::tls_config_from_files(&args.tls_cert, &args.tls_key)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

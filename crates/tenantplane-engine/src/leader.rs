@@ -1,0 +1,215 @@
+//! Leader election through a `coordination.k8s.io/v1` Lease, so two controller
+//! replicas never both write.
+//!
+//! The holder renews the Lease every `renew_every`; a candidate takes it over only
+//! once `renewTime + leaseDurationSeconds` has passed. A leader that has not renewed
+//! within `renew_deadline` (shorter than the lease duration) stops its work before
+//! any other replica may start: the two never overlap.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+
+/// Timings of the election.
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    /// This replica's identity (the pod name).
+    pub holder: String,
+    pub lease_duration: Duration,
+    pub renew_every: Duration,
+    /// A leader stops working when it could not renew for this long.
+    pub renew_deadline: Duration,
+    pub retry_every: Duration,
+}
+
+impl LeaseConfig {
+    pub fn new(namespace: &str, name: &str, holder: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            holder: holder.to_owned(),
+            lease_duration: Duration::from_secs(15),
+            renew_every: Duration::from_secs(5),
+            renew_deadline: Duration::from_secs(10),
+            retry_every: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Whether the lease went to us, and its resourceVersion for the next renewal.
+enum Attempt {
+    Acquired,
+    HeldByOther(String),
+}
+
+/// Runs `work` whenever this replica holds the Lease, until `shutdown`. `work` is
+/// given a token that fires when leadership is lost; it must stop writing then.
+pub async fn run_as_leader<F, Fut>(
+    client: Client,
+    config: LeaseConfig,
+    shutdown: CancellationToken,
+    mut work: F,
+) where
+    F: FnMut(CancellationToken) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let mut announced_other = None;
+    while !shutdown.is_cancelled() {
+        match try_acquire(&api, &config).await {
+            Ok(Attempt::Acquired) => {
+                tracing::info!(lease = %config.name, holder = %config.holder, "became leader");
+                announced_other = None;
+                let lost = shutdown.child_token();
+                let task = tokio::spawn(work(lost.clone()));
+                let mut last_renewed = tokio::time::Instant::now();
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(config.renew_every) => {}
+                    }
+                    match try_acquire(&api, &config).await {
+                        Ok(Attempt::Acquired) => last_renewed = tokio::time::Instant::now(),
+                        Ok(Attempt::HeldByOther(holder)) => {
+                            tracing::warn!(%holder, "lost the lease to another replica");
+                            break;
+                        }
+                        Err(err) if last_renewed.elapsed() < config.renew_deadline => {
+                            tracing::warn!(%err, "could not renew the lease; retrying");
+                        }
+                        Err(err) => {
+                            tracing::error!(%err, "could not renew the lease before the deadline; stepping down");
+                            break;
+                        }
+                    }
+                }
+                lost.cancel();
+                let _ = task.await;
+                if shutdown.is_cancelled() {
+                    release(&api, &config).await;
+                }
+            }
+            Ok(Attempt::HeldByOther(holder)) => {
+                if announced_other.as_ref() != Some(&holder) {
+                    tracing::info!(%holder, "another replica leads; standing by");
+                    announced_other = Some(holder);
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(config.retry_every) => {}
+                }
+            }
+            Err(err) => {
+                tracing::warn!(%err, "could not read or take the lease; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(config.retry_every) => {}
+                }
+            }
+        }
+    }
+}
+
+fn lease_seconds(config: &LeaseConfig) -> i32 {
+    i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX)
+}
+
+/// Takes or renews the lease. Every write carries the read resourceVersion, so two
+/// candidates racing for an expired lease cannot both win.
+async fn try_acquire(api: &Api<Lease>, config: &LeaseConfig) -> Result<Attempt, kube::Error> {
+    let now = Timestamp::now();
+    let Some(mut lease) = api.get_opt(&config.name).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(config.name.clone()),
+                namespace: Some(config.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(config.holder.clone()),
+                lease_duration_seconds: Some(lease_seconds(config)),
+                acquire_time: Some(MicroTime(now)),
+                renew_time: Some(MicroTime(now)),
+                lease_transitions: Some(0),
+                ..LeaseSpec::default()
+            }),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(Attempt::Acquired),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::HeldByOther(
+                "(just created by another replica)".into(),
+            )),
+            Err(e) => Err(e),
+        };
+    };
+    let spec = lease.spec.clone().unwrap_or_default();
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    let ours = holder == config.holder;
+    let duration = SignedDuration::from_secs(i64::from(
+        spec.lease_duration_seconds.unwrap_or(lease_seconds(config)),
+    ));
+    let expired = spec.renew_time.as_ref().is_none_or(|renewed| {
+        renewed
+            .0
+            .checked_add(duration)
+            .is_ok_and(|until| until < now)
+    });
+    if !ours && !expired && !holder.is_empty() {
+        return Ok(Attempt::HeldByOther(holder));
+    }
+    let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!ours);
+    lease.spec = Some(LeaseSpec {
+        holder_identity: Some(config.holder.clone()),
+        lease_duration_seconds: Some(lease_seconds(config)),
+        acquire_time: if ours {
+            spec.acquire_time
+        } else {
+            Some(MicroTime(now))
+        },
+        renew_time: Some(MicroTime(now)),
+        lease_transitions: Some(transitions),
+        ..LeaseSpec::default()
+    });
+    match api
+        .replace(&config.name, &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => Ok(Attempt::Acquired),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            Ok(Attempt::HeldByOther("(taken concurrently)".into()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives the lease up on a clean shutdown, so a standby takes over at once.
+async fn release(api: &Api<Lease>, config: &LeaseConfig) {
+    let Ok(Some(mut lease)) = api.get_opt(&config.name).await else {
+        return;
+    };
+    if lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        != Some(&config.holder)
+    {
+        return;
+    }
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = None;
+    }
+    if let Err(err) = api
+        .replace(&config.name, &PostParams::default(), &lease)
+        .await
+    {
+        tracing::warn!(%err, "could not release the lease; it expires by itself");
+    }
+}

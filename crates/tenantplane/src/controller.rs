@@ -1,0 +1,171 @@
+//! `tenantplane controller`: the TenantCluster controller and its sync engines, with
+//! `/metrics`, `/healthz` and `/readyz`, and optional leader election.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use tenantplane_engine::controller::{self, ControllerConfig};
+use tenantplane_engine::leader::{LeaseConfig, run_as_leader};
+use tenantplane_engine::metrics::Metrics;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::kube_client;
+use crate::logging::{self, LogFormat};
+
+#[derive(Debug, clap::Args)]
+pub struct ControllerArgs {
+    /// Kubeconfig of the host cluster (default: KUBECONFIG, then in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Run only while holding a Lease, so several replicas never both write.
+    #[arg(long)]
+    pub leader_elect: bool,
+    #[arg(long, default_value = "tenantplane-system")]
+    pub lease_namespace: String,
+    #[arg(long, default_value = "tenantplane-controller")]
+    pub lease_name: String,
+    /// This replica's name in the Lease (default: POD_NAME, then the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Concurrent host writers per synced kind.
+    #[arg(long, default_value_t = 16)]
+    pub workers: usize,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+struct HttpState {
+    registry: Registry,
+    ready: AtomicBool,
+}
+
+/// Runs until SIGTERM or SIGINT.
+pub fn run(args: ControllerArgs) -> anyhow::Result<()> {
+    logging::init(args.log_format, "info")?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let mut terminate = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+                _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+            }
+            shutdown.cancel();
+        });
+    }
+    let host = kube_client::connect(args.kubeconfig.as_deref()).await?;
+    let version = host
+        .apiserver_version()
+        .await
+        .context("reaching the host API server")?;
+    tracing::info!(version = %version.git_version, "connected to the host API server");
+
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry));
+    let state = Arc::new(HttpState {
+        registry,
+        ready: AtomicBool::new(false),
+    });
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(Arc::clone(&state));
+    let http_shutdown = shutdown.clone();
+    let http = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { http_shutdown.cancelled().await })
+            .await
+    });
+    tracing::info!(listen = %args.listen, "serving /metrics, /healthz, /readyz");
+
+    let instance = args
+        .identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "tenantplane".into());
+    // Decisions are logged by the engines; nothing else listens here.
+    let (decisions, _) = broadcast::channel(1024);
+    let make_config = {
+        let (host, metrics, instance, workers) = (
+            host.clone(),
+            Arc::clone(&metrics),
+            instance.clone(),
+            args.workers,
+        );
+        move || ControllerConfig {
+            host: host.clone(),
+            metrics: Arc::clone(&metrics),
+            decisions: decisions.clone(),
+            instance: instance.clone(),
+            workers,
+        }
+    };
+    // Ready once connected: a standby replica is ready too, it just does not write.
+    state.ready.store(true, Ordering::Relaxed);
+    if args.leader_elect {
+        let lease = LeaseConfig::new(&args.lease_namespace, &args.lease_name, &instance);
+        run_as_leader(host, lease, shutdown.clone(), move |lost| {
+            controller::run(make_config(), lost)
+        })
+        .await;
+    } else {
+        controller::run(make_config(), shutdown.clone()).await;
+    }
+    shutdown.cancel();
+    http.await
+        .context("the HTTP server task")?
+        .context("the HTTP server")?;
+    Ok(())
+}
+
+async fn metrics_text(State(state): State<Arc<HttpState>>) -> impl IntoResponse {
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &state.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                "content-type",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        ),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [("content-type", "text/plain")],
+            format!("encoding metrics: {err}"),
+        ),
+    }
+}
+
+async fn readyz(State(state): State<Arc<HttpState>>) -> impl IntoResponse {
+    if state.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    }
+}

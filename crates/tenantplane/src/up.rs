@@ -1,0 +1,247 @@
+//! `tenantplane up`: a local playground. Starts a host and a tenant API server,
+//! installs tenantplane, attaches the tenant as TenantCluster `team-dev/dev`, runs
+//! the controller in the foreground and prints every decision as it happens.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client, Resource};
+use tenantplane_api::{
+    ControlPlane, ExternalControlPlane, IsolationLevel, IsolationProfile, IsolationProfileSpec,
+    LocalRef, SecretKeyRef, SyncPolicy, SyncPolicySpec, TenantCluster, TenantClusterSpec,
+};
+use tenantplane_engine::controller::{self, ControllerConfig};
+use tenantplane_engine::decisions::TenantDecision;
+use tenantplane_engine::metrics::Metrics;
+use tenantplane_testenv::TestEnv;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::logging::{self, LogFormat};
+
+const HOST_NAMESPACE: &str = "team-dev";
+const TENANT: &str = "dev";
+
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// Concurrent host writers per synced kind.
+    #[arg(long, default_value_t = 16)]
+    pub workers: usize,
+    /// Keep the playground's directory (logs, kubeconfigs) after exit.
+    #[arg(long)]
+    pub keep: bool,
+    /// Stop once the TenantCluster has synced the demo object (for scripts and CI).
+    #[arg(long)]
+    pub exit_when_synced: bool,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+pub fn run(args: UpArgs) -> anyhow::Result<()> {
+    // Decisions go to stdout; the log only says what went wrong.
+    // The readiness poll of the starting API servers logs every 500 as an error.
+    logging::init(args.log_format, "warn,kube_client::client::builder=off")?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(up(args))
+}
+
+fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespace.map(str::to_owned),
+        ..ObjectMeta::default()
+    }
+}
+
+async fn create<K>(client: &Client, object: &K) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let namespace = object.meta().namespace.clone().unwrap_or_default();
+    Api::<K>::namespaced(client.clone(), &namespace)
+        .create(&PostParams::default(), object)
+        .await
+        .with_context(|| {
+            format!(
+                "creating {} {namespace}/{}",
+                K::kind(&()),
+                object.meta().name.clone().unwrap_or_default()
+            )
+        })?;
+    Ok(())
+}
+
+async fn up(args: UpArgs) -> anyhow::Result<()> {
+    eprintln!("starting etcd and two API servers (host and tenant)...");
+    let env = TestEnv::start().await.context("starting etcd")?;
+    let host_server = env
+        .start_apiserver("host")
+        .await
+        .context("starting the host API server")?;
+    let tenant_server = env
+        .start_apiserver("tenant")
+        .await
+        .context("starting the tenant API server")?;
+    let host = host_server.client().await?;
+    let tenant = tenant_server.client().await?;
+
+    host_server
+        .install_crds(tenantplane_api::crds())
+        .await
+        .context("installing the CRDs")?;
+    Api::<Namespace>::all(host.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: meta(HOST_NAMESPACE, None),
+                ..Namespace::default()
+            },
+        )
+        .await
+        .context("creating namespace team-dev")?;
+    let profile = IsolationProfile {
+        metadata: meta("restricted", None),
+        spec: IsolationProfileSpec::for_level(IsolationLevel::Restricted),
+    };
+    Api::<IsolationProfile>::all(host.clone())
+        .create(&PostParams::default(), &profile)
+        .await
+        .context("creating the IsolationProfile")?;
+    let policy = SyncPolicy {
+        metadata: meta("default", None),
+        spec: SyncPolicySpec::default_policy(),
+    };
+    Api::<SyncPolicy>::all(host.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .context("creating the SyncPolicy")?;
+    let kubeconfig = tenant_server.kubeconfig_yaml("admin")?;
+    let secret = Secret {
+        metadata: meta("dev-kubeconfig", Some(HOST_NAMESPACE)),
+        data: Some([("kubeconfig".to_owned(), ByteString(kubeconfig.into_bytes()))].into()),
+        ..Secret::default()
+    };
+    create(&host, &secret).await?;
+    let mut tc = TenantCluster::new(
+        TENANT,
+        TenantClusterSpec {
+            mode: Default::default(),
+            kubernetes_version: "v1.31".into(),
+            isolation_profile_ref: LocalRef::new("restricted"),
+            sync_policy_ref: LocalRef::new("default"),
+            control_plane: ControlPlane {
+                external: Some(ExternalControlPlane {
+                    kubeconfig_secret_ref: SecretKeyRef {
+                        name: "dev-kubeconfig".into(),
+                        key: "kubeconfig".into(),
+                    },
+                }),
+                ..ControlPlane::default()
+            },
+            networking: Default::default(),
+            migration: Default::default(),
+            resources: None,
+        },
+    );
+    tc.metadata.namespace = Some(HOST_NAMESPACE.into());
+    create(&host, &tc).await?;
+
+    let (decisions, mut received) = broadcast::channel(4096);
+    let shutdown = CancellationToken::new();
+    let config = ControllerConfig {
+        host: host.clone(),
+        metrics: Arc::new(Metrics::unregistered()),
+        decisions,
+        instance: "tenantplane-up".into(),
+        workers: args.workers,
+    };
+    let controller = tokio::spawn(controller::run(config, shutdown.clone()));
+
+    let (host_kc, tenant_kc) = (
+        host_server.kubeconfig_path(),
+        tenant_server.kubeconfig_path(),
+    );
+    println!(
+        "tenantplane is up: TenantCluster {HOST_NAMESPACE}/{TENANT} syncs the tenant API server into the host"
+    );
+    println!();
+    println!("  host   kubeconfig: {}", host_kc.display());
+    println!("  tenant kubeconfig: {}", tenant_kc.display());
+    println!();
+    println!(
+        "  kubectl --kubeconfig {} create configmap hello --from-literal=greeting=hi",
+        tenant_kc.display()
+    );
+    println!(
+        "  kubectl --kubeconfig {} -n {HOST_NAMESPACE} get configmaps",
+        host_kc.display()
+    );
+    println!(
+        "  kubectl --kubeconfig {} -n {HOST_NAMESPACE} describe tenantcluster {TENANT}",
+        host_kc.display()
+    );
+    println!(
+        "  tenantplane why --kubeconfig {} -n {HOST_NAMESPACE} configmap/welcome-x-default-x-{TENANT}",
+        host_kc.display()
+    );
+    println!();
+    println!("decisions (Ctrl-C stops everything):");
+
+    // A first object, so the first decision shows up at once.
+    let welcome = ConfigMap {
+        metadata: meta("welcome", Some("default")),
+        data: Some([("message".to_owned(), "synced by tenantplane".to_owned())].into()),
+        ..ConfigMap::default()
+    };
+    create(&tenant, &welcome).await?;
+
+    let mut terminate = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+            decision = received.recv() => match decision {
+                Ok(decision) => {
+                    print_decision(&decision);
+                    if args.exit_when_synced && decision.record.tenant.name == "welcome" {
+                        break;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => println!("({n} decisions not shown: printing fell behind)"),
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
+        }
+    }
+    eprintln!("stopping...");
+    shutdown.cancel();
+    controller.await.context("the controller task")?;
+    drop((host_server, tenant_server));
+    if args.keep {
+        eprintln!("kept {}", env.keep_dir().display());
+    }
+    Ok(())
+}
+
+fn print_decision(decision: &TenantDecision) {
+    let r = &decision.record;
+    let time = r.time.0.strftime("%H:%M:%S");
+    println!(
+        "{time} {:<6} {} {}/{} -> {}/{}: {}",
+        r.action.as_str(),
+        r.kind,
+        r.tenant.namespace,
+        r.tenant.name,
+        r.host.namespace,
+        r.host.name,
+        r.reason
+    );
+}

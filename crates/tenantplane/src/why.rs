@@ -1,0 +1,179 @@
+//! `tenantplane why -n NAMESPACE KIND/NAME`: who caused a host object and why it
+//! exists, from its reverse-mapping metadata and the decisions recorded about it.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use kube::api::{ApiResource, DynamicObject};
+use kube::discovery::{Discovery, Scope};
+use kube::{Api, Client, ResourceExt};
+use serde::Serialize;
+use tenantplane_api::{DecisionRecord, SyncDecision};
+use tenantplane_core::provenance::reverse_lookup;
+
+use crate::kube_client;
+use crate::output::{self, Format};
+
+#[derive(Debug, clap::Args)]
+pub struct WhyArgs {
+    /// Namespace of the host object.
+    #[arg(short = 'n', long)]
+    pub namespace: String,
+    /// The host object, as KIND/NAME (`configmap/web-x-default-x-dev`,
+    /// `services/api-x-web-x-dev`, `widgets.example.com/gizmo-x-web-x-dev`).
+    pub object: String,
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// How many of the latest decisions to show.
+    #[arg(long, default_value_t = 10)]
+    pub decisions: usize,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
+    pub output: Format,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer {
+    host_object: HostObject,
+    managed_by_tenantplane: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenant_object: Option<TenantObject>,
+    /// Why tenantplane does not claim the object, when it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    decisions: Vec<DecisionRecord>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct HostObject {
+    kind: String,
+    namespace: String,
+    name: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TenantObject {
+    tenant_cluster: String,
+    kind: String,
+    namespace: String,
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<String>,
+}
+
+pub fn run(args: WhyArgs) -> anyhow::Result<String> {
+    let (kind, name) = args
+        .object
+        .split_once('/')
+        .filter(|(k, n)| !k.is_empty() && !n.is_empty())
+        .with_context(|| format!("{:?} is not KIND/NAME", args.object))?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let answer = runtime.block_on(async {
+        let client = kube_client::connect(args.kubeconfig.as_deref()).await?;
+        let resource = find_resource(&client, kind).await?;
+        answer(&client, &resource, &args.namespace, name, args.decisions).await
+    })?;
+    output::render(&answer, args.output)
+}
+
+/// Finds a namespaced resource by kind, plural or singular, optionally `.group`.
+async fn find_resource(client: &Client, wanted: &str) -> anyhow::Result<ApiResource> {
+    let wanted = wanted.to_ascii_lowercase();
+    let (name, group) = wanted
+        .split_once('.')
+        .map_or((wanted.as_str(), None), |(n, g)| (n, Some(g)));
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .context("discovering the host's API resources")?;
+    let mut candidates = Vec::new();
+    for api_group in discovery.groups() {
+        if group.is_some_and(|g| g != api_group.name()) {
+            continue;
+        }
+        for (resource, caps) in api_group.recommended_resources() {
+            let matches = [
+                resource.kind.to_ascii_lowercase(),
+                resource.plural.clone(),
+                resource.kind.to_ascii_lowercase() + "s",
+            ]
+            .iter()
+            .any(|n| n == name);
+            if matches && caps.scope == Scope::Namespaced {
+                candidates.push(resource);
+            }
+        }
+    }
+    // The core group first, as kubectl does.
+    candidates.sort_by_key(|r| !r.group.is_empty());
+    candidates
+        .into_iter()
+        .next()
+        .with_context(|| format!("the host API server serves no namespaced kind {wanted:?}"))
+}
+
+async fn answer(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+    limit: usize,
+) -> anyhow::Result<Answer> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+    let Some(object) = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading {} {namespace}/{name}", resource.kind))?
+    else {
+        bail!("{} {namespace}/{name} does not exist", resource.kind);
+    };
+    let host_object = HostObject {
+        kind: resource.kind.clone(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    };
+    let labels = object.metadata.labels.clone().unwrap_or_default();
+    let annotations = object.metadata.annotations.clone().unwrap_or_default();
+    let identity = match reverse_lookup(&object.name_any(), &labels, &annotations) {
+        Ok(identity) => identity,
+        Err(why) => {
+            return Ok(Answer {
+                host_object,
+                managed_by_tenantplane: false,
+                tenant_object: None,
+                reason: Some(format!("not managed by tenantplane: {why}")),
+                decisions: Vec::new(),
+            });
+        }
+    };
+    let decisions: Api<SyncDecision> = Api::namespaced(client.clone(), namespace);
+    let recorded = decisions
+        .get_opt(&identity.tenant)
+        .await
+        .with_context(|| format!("reading SyncDecision {namespace}/{}", identity.tenant))?
+        .and_then(|sd| sd.status)
+        .map(|status| status.decisions)
+        .unwrap_or_default();
+    let mut about: Vec<DecisionRecord> = recorded
+        .into_iter()
+        .filter(|d| d.host.name == name && d.kind == resource.kind)
+        .collect();
+    let skip = about.len().saturating_sub(limit);
+    about.drain(..skip);
+    Ok(Answer {
+        host_object,
+        managed_by_tenantplane: true,
+        tenant_object: Some(TenantObject {
+            tenant_cluster: format!("{namespace}/{}", identity.tenant),
+            kind: identity.group_kind.to_string(),
+            namespace: identity.virtual_namespace,
+            name: identity.name,
+            uid: identity.uid,
+        }),
+        reason: None,
+        decisions: about,
+    })
+}
