@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::kinds::{GroupKind, KindError, Scope, check_syncable};
 use crate::metadata::{
-    DROPPED_TENANT_ANNOTATIONS, ReverseMapping, merge_metadata, reverse_mapping,
+    DROPPED_TENANT_ANNOTATIONS, ReverseMapping, is_reserved_key, merge_metadata, reverse_mapping,
 };
 use crate::names::{NameError, validate_namespace_name, validate_tenant_name};
 use crate::naming::{HostName, SourceName, host_name};
@@ -251,6 +251,7 @@ pub fn to_host(
     host_meta.insert("labels".into(), map_value(labels));
     host_meta.insert("annotations".into(), map_value(annotations));
     host.insert("metadata".into(), Value::Object(host_meta));
+    strip_reserved_from_templates(&mut host);
     strip_kind_specific(group_kind, &mut host);
     Ok((placement, Value::Object(host)))
 }
@@ -284,6 +285,30 @@ fn map_value(map: BTreeMap<String, String>) -> Value {
             .map(|(k, v)| (k, Value::String(v)))
             .collect(),
     )
+}
+
+/// Pod templates (Deployments, StatefulSets, Jobs, CronJobs, any custom kind with
+/// `spec.template` or `spec.jobTemplate`) become host objects the host's own
+/// controllers create: reserved keys are dropped there too, so no pod on the host
+/// carries a forged tenantplane label.
+fn strip_reserved_from_templates(host: &mut Map<String, Value>) {
+    let Some(spec) = host.get_mut("spec") else {
+        return;
+    };
+    for pointer in [
+        "/template/metadata",
+        "/jobTemplate/metadata",
+        "/jobTemplate/spec/template/metadata",
+    ] {
+        let Some(meta) = spec.pointer_mut(pointer).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for field in ["labels", "annotations"] {
+            if let Some(map) = meta.get_mut(field).and_then(Value::as_object_mut) {
+                map.retain(|key, _| !is_reserved_key(key));
+            }
+        }
+    }
 }
 
 /// Fields of particular kinds that the host allocates (Service IPs and node ports),
@@ -437,6 +462,49 @@ mod tests {
             to_host(&dev(), &GroupKind::new("", "Pod"), Scope::Namespaced, &pod).unwrap();
         assert!(host["spec"].get("nodeName").is_none());
         assert_eq!(host["spec"]["containers"][0]["image"], "nginx");
+    }
+
+    #[test]
+    fn reserved_keys_are_stripped_from_pod_templates() {
+        let forged = json!({"app": "web", "tenantplane.io/component": "control-plane", "app.kubernetes.io/managed-by": "tenantplane"});
+        let deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "default"},
+            "spec": {"template": {"metadata": {"labels": forged, "annotations": {"tenantplane.io/virtual-name": "x", "note": "kept"}}}}
+        });
+        let (_, host) = to_host(
+            &dev(),
+            &GroupKind::new("apps", "Deployment"),
+            Scope::Namespaced,
+            &deployment,
+        )
+        .unwrap();
+        assert_eq!(
+            host["spec"]["template"]["metadata"]["labels"],
+            json!({"app": "web"})
+        );
+        assert_eq!(
+            host["spec"]["template"]["metadata"]["annotations"],
+            json!({"note": "kept"})
+        );
+        let cronjob = json!({
+            "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c", "namespace": "default"},
+            "spec": {"jobTemplate": {"metadata": {"labels": forged}, "spec": {"template": {"metadata": {"labels": forged}}}}}
+        });
+        let (_, host) = to_host(
+            &dev(),
+            &GroupKind::new("batch", "CronJob"),
+            Scope::Namespaced,
+            &cronjob,
+        )
+        .unwrap();
+        assert_eq!(
+            host["spec"]["jobTemplate"]["metadata"]["labels"],
+            json!({"app": "web"})
+        );
+        assert_eq!(
+            host["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"],
+            json!({"app": "web"})
+        );
     }
 
     #[test]
