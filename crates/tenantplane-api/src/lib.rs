@@ -13,6 +13,7 @@ pub mod common;
 pub mod isolation_profile;
 pub mod sync_decision;
 pub mod sync_policy;
+pub mod tenant;
 pub mod tenant_cluster;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -30,6 +31,11 @@ pub use sync_decision::{
 pub use sync_policy::{
     ConflictPolicy, DriftDetection, ExplainOptions, SyncDirection, SyncPolicy, SyncPolicySpec,
     SyncResource,
+};
+pub use tenant::{
+    AdditionalMetadata, AdditionalRoleBinding, AllowedClasses, NAMESPACE_DELETER_ROLE,
+    NamespaceOptions, NamespaceReservation, OwnerKind, Tenant, TenantNamespaceStatus, TenantOwner,
+    TenantSpec, TenantState, TenantStatus,
 };
 pub use tenant_cluster::{
     ClusterMode, ControlPlane, Datastore, EgressPolicy, Expose, ExternalControlPlane, LoadBalancer,
@@ -49,6 +55,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         IsolationProfile::crd(),
         SyncPolicy::crd(),
         SyncDecision::crd(),
+        Tenant::crd(),
     ]
 }
 
@@ -87,7 +94,7 @@ mod tests {
     #[test]
     fn every_crd_is_in_the_tenantplane_group_with_a_short_name() {
         let crds = crds();
-        assert_eq!(crds.len(), 4);
+        assert_eq!(crds.len(), 5);
         for crd in &crds {
             assert_eq!(crd.spec.group, GROUP);
             assert_eq!(crd.spec.versions.len(), 1);
@@ -106,6 +113,7 @@ mod tests {
                 ("IsolationProfile", "Cluster"),
                 ("SyncPolicy", "Cluster"),
                 ("SyncDecision", "Namespaced"),
+                ("Tenant", "Cluster"),
             ]
         );
     }
@@ -152,7 +160,7 @@ mod tests {
     #[test]
     fn crds_render_as_one_yaml_stream() {
         let yaml = crds_yaml().expect("render");
-        assert_eq!(yaml.matches("---\n").count(), 4);
+        assert_eq!(yaml.matches("---\n").count(), 5);
         std::fs::write(std::env::temp_dir().join("tenantplane-crds.yaml"), &yaml).ok();
     }
 }

@@ -12,6 +12,7 @@ pub mod naming;
 pub mod plan;
 pub mod provenance;
 pub mod quantity;
+pub mod tenancy;
 pub mod transform;
 pub mod validation;
 pub mod versions;
