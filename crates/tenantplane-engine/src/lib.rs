@@ -6,6 +6,8 @@ pub mod controller;
 pub mod decisions;
 pub mod engine;
 pub mod fairness;
+pub mod isolation;
 pub mod kind_sync;
 pub mod metrics;
+pub mod provision;
 pub mod queue;
