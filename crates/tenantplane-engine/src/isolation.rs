@@ -1,0 +1,575 @@
+//! Applies a TenantCluster's isolation boundary (what
+//! `tenantplane_core::isolation::compile_for` says) to its host namespace.
+//!
+//! Idempotent and write-frugal: every object is read first and written only when the
+//! live copy does not hold the compiled one (`tenantplane_core::compare::holds`), so a
+//! reconcile of an unchanged profile makes no writes at all. Objects the profile no
+//! longer asks for are deleted, but only when they carry tenantplane's isolation
+//! labels for this tenant: an object someone else put under one of our names is
+//! reported as a conflict and never overwritten or deleted.
+//!
+//! The namespace is not tenantplane's (it holds the TenantCluster itself): only its
+//! `pod-security.kubernetes.io/*` labels are merged onto it, and it gets no owner
+//! reference. Every other object is owned by the TenantCluster (controller: true), so
+//! deleting the TenantCluster lets the garbage collector remove its boundary.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::core::NamespaceResourceScope;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tenantplane_api::{IsolationProfile, TenantCluster};
+use tenantplane_core::compare::holds;
+use tenantplane_core::isolation::{
+    IsolationError, LIMIT_RANGE_NAME, NETWORK_POLICY_NAME, RESOURCE_QUOTA_NAME, compile_for,
+};
+use tenantplane_core::metadata::{
+    COMPONENT_ISOLATION, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY_VALUE,
+};
+
+use crate::decisions::MANAGER;
+
+const POD_SECURITY_PREFIX: &str = "pod-security.kubernetes.io/";
+
+/// Why the boundary could not be applied; each is retried by the controller.
+#[derive(Debug, thiserror::Error)]
+pub enum IsolationApplyError {
+    #[error("the IsolationProfile does not compile for this TenantCluster: {0}")]
+    Compile(#[from] IsolationError),
+    #[error("the TenantCluster has no {0}")]
+    MissingMetadata(&'static str),
+    #[error("namespace {0} does not exist")]
+    NamespaceMissing(String),
+    #[error("{verb} {kind} {namespace}/{name}: {source}")]
+    Host {
+        verb: &'static str,
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        // Boxed: kube's error is large, and this is on every fallible path.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("serializing {kind}: {source}")]
+    Serialize {
+        kind: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// What happened to one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectAction {
+    Created,
+    Updated,
+    Unchanged,
+    Deleted,
+    /// Not wanted and not there.
+    Absent,
+    /// Someone else's object holds the name: left alone.
+    Conflict,
+}
+
+impl ObjectAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectAction::Created => "created",
+            ObjectAction::Updated => "updated",
+            ObjectAction::Unchanged => "unchanged",
+            ObjectAction::Deleted => "deleted",
+            ObjectAction::Absent => "absent",
+            ObjectAction::Conflict => "conflict",
+        }
+    }
+
+    fn is_write(self) -> bool {
+        matches!(
+            self,
+            ObjectAction::Created | ObjectAction::Updated | ObjectAction::Deleted
+        )
+    }
+}
+
+/// One object of the boundary and what the apply did to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectResult {
+    pub kind: &'static str,
+    pub name: String,
+    pub action: ObjectAction,
+}
+
+/// The result of one apply: for the `IsolationApplied` condition and the logs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IsolationOutcome {
+    /// Host writes made (creates, updates, deletes, the namespace label patch).
+    pub writes: usize,
+    /// Every object of the boundary, namespace first.
+    pub objects: Vec<ObjectResult>,
+    /// The Pod Security level now on the namespace.
+    pub pod_security: String,
+}
+
+impl IsolationOutcome {
+    /// Objects that belong to someone else and block part of the boundary.
+    pub fn conflicts(&self) -> impl Iterator<Item = &ObjectResult> {
+        self.objects
+            .iter()
+            .filter(|o| o.action == ObjectAction::Conflict)
+    }
+
+    /// Whether the whole boundary is in place (no conflicts).
+    pub fn is_applied(&self) -> bool {
+        self.conflicts().next().is_none()
+    }
+
+    /// The `IsolationApplied` condition's reason.
+    pub fn reason(&self) -> &'static str {
+        if self.is_applied() {
+            "Applied"
+        } else {
+            "ForeignObject"
+        }
+    }
+
+    /// A one-line human summary for the `IsolationApplied` condition's message.
+    /// It names only objects and levels, never their content, so it is stable while
+    /// nothing changes (the condition is not rewritten on every reconcile).
+    pub fn summary(&self) -> String {
+        let conflicts: Vec<String> = self
+            .conflicts()
+            .map(|o| format!("{} {}", o.kind, o.name))
+            .collect();
+        if !conflicts.is_empty() {
+            return format!(
+                "{} exist(s) but are not tenantplane's isolation objects for this tenant \
+                 (labels {LABEL_MANAGED_BY}={MANAGED_BY_VALUE}, {LABEL_TENANT}, \
+                 {LABEL_COMPONENT}={COMPONENT_ISOLATION}); tenantplane never overwrites them: \
+                 rename or delete them",
+                conflicts.join(", ")
+            );
+        }
+        let present: Vec<String> = self
+            .objects
+            .iter()
+            .filter(|o| o.kind != "Namespace" && o.action != ObjectAction::Absent)
+            .filter(|o| o.action != ObjectAction::Deleted)
+            .map(|o| format!("{} {}", o.kind, o.name))
+            .collect();
+        let objects = if present.is_empty() {
+            "no isolation objects".to_owned()
+        } else {
+            present.join(", ")
+        };
+        format!("Pod Security {}; {objects}", self.pod_security)
+    }
+}
+
+impl fmt::Display for IsolationOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let actions: Vec<String> = self
+            .objects
+            .iter()
+            .map(|o| format!("{} {} {}", o.kind, o.name, o.action.as_str()))
+            .collect();
+        write!(f, "{} write(s): {}", self.writes, actions.join(", "))
+    }
+}
+
+/// Applies the boundary `profile` compiles to for `tc`, in `tc`'s namespace.
+pub async fn apply_isolation(
+    host: &Client,
+    tc: &TenantCluster,
+    profile: &IsolationProfile,
+) -> Result<IsolationOutcome, IsolationApplyError> {
+    let compiled = compile_for(tc, &profile.spec)?;
+    let namespace = tc
+        .namespace()
+        .ok_or(IsolationApplyError::MissingMetadata("namespace"))?;
+    let tenant = tc.name_any();
+    let owner = tc
+        .controller_owner_ref(&())
+        .ok_or(IsolationApplyError::MissingMetadata("uid"))?;
+    let owned = |mut meta: kube::api::ObjectMeta| {
+        meta.owner_references = Some(vec![owner.clone()]);
+        meta
+    };
+    let ours = IsolationLabels { tenant: &tenant };
+
+    let mut objects = Vec::with_capacity(4);
+    let desired_labels = compiled
+        .namespace
+        .metadata
+        .labels
+        .clone()
+        .unwrap_or_default();
+    objects.push(ObjectResult {
+        kind: "Namespace",
+        name: namespace.clone(),
+        action: merge_pod_security_labels(host, &namespace, &desired_labels).await?,
+    });
+
+    let np_api: Api<NetworkPolicy> = Api::namespaced(host.clone(), &namespace);
+    let np = compiled.network_policy.map(|mut np| {
+        np.metadata = owned(np.metadata);
+        np
+    });
+    objects.push(
+        converge_isolation(
+            &np_api,
+            "NetworkPolicy",
+            NETWORK_POLICY_NAME,
+            np.as_ref(),
+            &ours,
+            &[],
+        )
+        .await?,
+    );
+
+    let quota_api: Api<ResourceQuota> = Api::namespaced(host.clone(), &namespace);
+    let quota = compiled.resource_quota.map(|mut q| {
+        q.metadata = owned(q.metadata);
+        q
+    });
+    // `holds` ignores extra map keys; a cap the tenant no longer has (memory removed
+    // from `resources`) must not linger in `spec.hard`, so that map is compared exactly.
+    objects.push(
+        converge_isolation(
+            &quota_api,
+            "ResourceQuota",
+            RESOURCE_QUOTA_NAME,
+            quota.as_ref(),
+            &ours,
+            &["/spec/hard"],
+        )
+        .await?,
+    );
+
+    let limits_api: Api<LimitRange> = Api::namespaced(host.clone(), &namespace);
+    let limits = compiled.limit_range.map(|mut l| {
+        l.metadata = owned(l.metadata);
+        l
+    });
+    objects.push(
+        converge_isolation(
+            &limits_api,
+            "LimitRange",
+            LIMIT_RANGE_NAME,
+            limits.as_ref(),
+            &ours,
+            &[],
+        )
+        .await?,
+    );
+
+    let writes = objects.iter().filter(|o| o.action.is_write()).count();
+    let pod_security = desired_labels
+        .get("pod-security.kubernetes.io/enforce")
+        .cloned()
+        .unwrap_or_default();
+    let outcome = IsolationOutcome {
+        writes,
+        objects,
+        pod_security,
+    };
+    tracing::debug!(tenant = %tenant, namespace = %namespace, %outcome, "isolation applied");
+    Ok(outcome)
+}
+
+/// The labels that make an object tenantplane's isolation object for one tenant.
+struct IsolationLabels<'a> {
+    tenant: &'a str,
+}
+
+impl IsolationLabels<'_> {
+    fn holds(&self, labels: &BTreeMap<String, String>) -> bool {
+        labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY_VALUE)
+            && labels.get(LABEL_TENANT).map(String::as_str) == Some(self.tenant)
+            && labels.get(LABEL_COMPONENT).map(String::as_str) == Some(COMPONENT_ISOLATION)
+    }
+}
+
+/// Patches only the Pod Security labels of the namespace, and only when they differ.
+async fn merge_pod_security_labels(
+    host: &Client,
+    namespace: &str,
+    desired: &BTreeMap<String, String>,
+) -> Result<ObjectAction, IsolationApplyError> {
+    let api: Api<Namespace> = Api::all(host.clone());
+    let host_err = |verb, source: kube::Error| IsolationApplyError::Host {
+        verb,
+        kind: "Namespace",
+        namespace: String::new(),
+        name: namespace.to_owned(),
+        source: Box::new(source),
+    };
+    let live = api
+        .get_opt(namespace)
+        .await
+        .map_err(|e| host_err("get", e))?
+        .ok_or_else(|| IsolationApplyError::NamespaceMissing(namespace.to_owned()))?;
+    let live_labels = live.labels();
+    let patch: BTreeMap<&str, &str> = desired
+        .iter()
+        .filter(|(k, _)| k.starts_with(POD_SECURITY_PREFIX))
+        .filter(|(k, v)| live_labels.get(*k) != Some(*v))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    if patch.is_empty() {
+        return Ok(ObjectAction::Unchanged);
+    }
+    // A merge patch of just these keys: every other label (and the namespace's
+    // owners' own fields) stays exactly as it is.
+    api.patch(
+        namespace,
+        &PatchParams {
+            field_manager: Some(MANAGER.to_owned()),
+            ..PatchParams::default()
+        },
+        &Patch::Merge(json!({"metadata": {"labels": patch}})),
+    )
+    .await
+    .map_err(|e| host_err("patch", e))?;
+    Ok(ObjectAction::Updated)
+}
+
+/// A failed read or write of [`converge`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConvergeError {
+    #[error("{verb}: {source}")]
+    Host {
+        verb: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("serializing: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+impl ConvergeError {
+    fn into_isolation(
+        self,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+    ) -> IsolationApplyError {
+        match self {
+            ConvergeError::Host { verb, source } => IsolationApplyError::Host {
+                verb,
+                kind,
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                source: Box::new(source),
+            },
+            ConvergeError::Serialize(source) => IsolationApplyError::Serialize { kind, source },
+        }
+    }
+}
+
+/// Brings one named isolation object to `desired` (or deletes ours when `None`),
+/// mapping errors to this module's.
+async fn converge_isolation<K>(
+    api: &Api<K>,
+    kind: &'static str,
+    name: &str,
+    desired: Option<&K>,
+    ours: &IsolationLabels<'_>,
+    exact: &[&str],
+) -> Result<ObjectResult, IsolationApplyError>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + fmt::Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    let action = converge(api, name, desired, &|labels| ours.holds(labels), exact)
+        .await
+        .map_err(|e| e.into_isolation(kind, api.namespace().unwrap_or_default(), name))?;
+    Ok(ObjectResult {
+        kind,
+        name: name.to_owned(),
+        action,
+    })
+}
+
+/// Brings one named object to `desired`, or deletes it when `desired` is `None`, but
+/// only while `ours` accepts the live object's labels: anything else under the name
+/// is a [`ObjectAction::Conflict`] and is neither written nor deleted. Reads first and
+/// writes only when the live object does not hold `desired` (and the maps at the
+/// `exact` JSON pointers have no extra keys).
+pub(crate) async fn converge<K>(
+    api: &Api<K>,
+    name: &str,
+    desired: Option<&K>,
+    ours: &(dyn Fn(&BTreeMap<String, String>) -> bool + Sync),
+    exact: &[&str],
+) -> Result<ObjectAction, ConvergeError>
+where
+    K: Resource<DynamicType = ()> + Clone + fmt::Debug + Serialize + DeserializeOwned,
+{
+    let host_err = |verb| move |source| ConvergeError::Host { verb, source };
+    let live = api.get_opt(name).await.map_err(host_err("get"))?;
+    if let Some(live) = &live
+        && !ours(live.labels())
+    {
+        return Ok(ObjectAction::Conflict);
+    }
+    match (desired, live) {
+        (None, None) => Ok(ObjectAction::Absent),
+        (None, Some(live)) => {
+            let params = DeleteParams {
+                // Only the object we just checked, not one recreated since.
+                preconditions: Some(Preconditions {
+                    uid: live.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(name, &params).await {
+                Ok(_) => Ok(ObjectAction::Deleted),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(ObjectAction::Absent),
+                Err(e) => Err(host_err("delete")(e)),
+            }
+        }
+        (Some(desired), live) => {
+            let exists = live.is_some();
+            if let Some(live) = live {
+                let (live, want) = (serde_json::to_value(&live)?, serde_json::to_value(desired)?);
+                if holds(Some(&live), &want) && exact_maps_hold(&live, &want, exact) {
+                    return Ok(ObjectAction::Unchanged);
+                }
+            }
+            apply(api, name, desired, exists)
+                .await
+                .map_err(host_err(if exists { "update" } else { "create" }))?;
+            Ok(if exists {
+                ObjectAction::Updated
+            } else {
+                ObjectAction::Created
+            })
+        }
+    }
+}
+
+/// Server-side apply as tenantplane. Creation does not force: if someone else
+/// created the object between our read and this write, their fields conflict and the
+/// write fails (retried, then seen as a conflict) rather than taking it over. An
+/// update of an object checked to be ours forces, which is how drift is corrected.
+pub(crate) async fn apply<K>(
+    api: &Api<K>,
+    name: &str,
+    desired: &K,
+    force: bool,
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + fmt::Debug + Serialize + DeserializeOwned,
+{
+    let mut params = PatchParams::apply(MANAGER);
+    params.force = force;
+    api.patch(name, &params, &Patch::Apply(desired)).await
+}
+
+/// Whether every map at the JSON pointers in `exact` has no key beyond the desired
+/// ones (`holds` already checked that the desired keys are there with equal values).
+pub(crate) fn exact_maps_hold(live: &Value, desired: &Value, exact: &[&str]) -> bool {
+    exact.iter().all(|pointer| {
+        let want = desired.pointer(pointer).and_then(Value::as_object);
+        match live.pointer(pointer).and_then(Value::as_object) {
+            None => true,
+            Some(live) => live
+                .keys()
+                .all(|k| want.is_some_and(|want| want.contains_key(k))),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(actions: &[(&'static str, &str, ObjectAction)]) -> IsolationOutcome {
+        let objects: Vec<ObjectResult> = actions
+            .iter()
+            .map(|(kind, name, action)| ObjectResult {
+                kind,
+                name: (*name).to_owned(),
+                action: *action,
+            })
+            .collect();
+        IsolationOutcome {
+            writes: objects.iter().filter(|o| o.action.is_write()).count(),
+            objects,
+            pod_security: "restricted".into(),
+        }
+    }
+
+    #[test]
+    fn the_summary_names_what_is_in_place_and_is_stable_across_writes() {
+        let first = outcome(&[
+            ("Namespace", "team-dev", ObjectAction::Updated),
+            (
+                "NetworkPolicy",
+                "tenantplane-isolation",
+                ObjectAction::Created,
+            ),
+            ("ResourceQuota", "tenantplane-quota", ObjectAction::Absent),
+            ("LimitRange", "tenantplane-limits", ObjectAction::Created),
+        ]);
+        let second = outcome(&[
+            ("Namespace", "team-dev", ObjectAction::Unchanged),
+            (
+                "NetworkPolicy",
+                "tenantplane-isolation",
+                ObjectAction::Unchanged,
+            ),
+            ("ResourceQuota", "tenantplane-quota", ObjectAction::Absent),
+            ("LimitRange", "tenantplane-limits", ObjectAction::Unchanged),
+        ]);
+        assert_eq!(first.writes, 3);
+        assert_eq!(second.writes, 0);
+        assert_eq!(
+            first.summary(),
+            "Pod Security restricted; NetworkPolicy tenantplane-isolation, LimitRange tenantplane-limits"
+        );
+        assert_eq!(first.summary(), second.summary());
+        assert!(first.is_applied());
+        assert_eq!(first.reason(), "Applied");
+    }
+
+    #[test]
+    fn a_conflict_is_named_and_is_not_applied() {
+        let o = outcome(&[
+            ("Namespace", "team-dev", ObjectAction::Unchanged),
+            (
+                "NetworkPolicy",
+                "tenantplane-isolation",
+                ObjectAction::Conflict,
+            ),
+        ]);
+        assert!(!o.is_applied());
+        assert_eq!(o.reason(), "ForeignObject");
+        assert!(
+            o.summary()
+                .starts_with("NetworkPolicy tenantplane-isolation exist(s) but are not"),
+            "{}",
+            o.summary()
+        );
+    }
+
+    #[test]
+    fn exact_maps_reject_extra_keys_only() {
+        let desired = json!({"spec": {"hard": {"requests.cpu": "2"}}});
+        let same = json!({"spec": {"hard": {"requests.cpu": "2"}}});
+        let extra = json!({"spec": {"hard": {"requests.cpu": "2", "requests.memory": "1Gi"}}});
+        assert!(exact_maps_hold(&same, &desired, &["/spec/hard"]));
+        assert!(!exact_maps_hold(&extra, &desired, &["/spec/hard"]));
+        assert!(exact_maps_hold(&extra, &desired, &[]));
+    }
+}
