@@ -8,16 +8,6 @@ mod harness;
 use harness::*;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use tenantplane_core::naming::{SourceName, host_name};
-
-fn predicted(name: &str, ns: &str, tenant: &str) -> String {
-    host_name(&SourceName {
-        name,
-        virtual_namespace: ns,
-        tenant,
-    })
-    .name
-}
 
 #[tokio::test]
 async fn create_update_and_delete_reach_the_host_for_core_kinds_and_a_crd() {
