@@ -363,6 +363,18 @@ async fn restarting_the_controller_with_nothing_changed_makes_zero_host_writes()
         }
     })
     .await;
+    // The Service and the Secret were created last: wait for their copies too, or
+    // the restarted engine may be the one that creates them.
+    wait_for(
+        &h.host_api("v1", "Service"),
+        &predicted("svc", "default", "dev"),
+    )
+    .await;
+    wait_for(
+        &h.host_api("v1", "Secret"),
+        &predicted("s", "default", "dev"),
+    )
+    .await;
     h.wait_synced("dev").await;
     // Stopping flushes the decision log, so nothing is left to write later.
     controller.stop().await;
