@@ -18,7 +18,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, Preconditions,
 };
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::discovery::pinned_kind;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -249,7 +249,7 @@ async fn resolve(
     };
     let kubeconfig = match Kubeconfig::from_yaml(text) {
         Ok(k) => k,
-        Err(e) => return Ok(Err(invalid(e.to_string()))),
+        Err(e) => return Ok(Err(invalid(yaml_failure(&e)))),
     };
     let config =
         match kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await
@@ -286,6 +286,22 @@ async fn resolve(
         endpoint,
         secret_version: secret.resource_version().unwrap_or_default(),
     }))
+}
+
+/// Why a kubeconfig does not parse, without the parser's message: it quotes the
+/// text it stopped at (the offending line, or the value of a mistyped field), and
+/// that text may be a credential. Only the position is kept.
+fn yaml_failure(err: &KubeconfigError) -> String {
+    let at = match err {
+        KubeconfigError::Parse(e) => e
+            .location()
+            .map(|l| format!(" (at line {}, column {})", l.line(), l.column())),
+        _ => None,
+    };
+    format!(
+        "it is not a kubeconfig YAML document{}",
+        at.unwrap_or_default()
+    )
 }
 
 async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileError> {
@@ -618,5 +634,34 @@ impl ConditionSet {
     fn into_vec(mut self) -> Vec<Condition> {
         self.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
         self.conditions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kubeconfig_that_does_not_parse_is_not_quoted() {
+        for (text, line) in [
+            ("token-7f3a9c-secret", 1),
+            ("apiVersion: v1\nusers: token-7f3a9c-secret\n", 2),
+            (
+                "apiVersion: v1\nclusters:\n- name: [token-7f3a9c-secret\n",
+                3,
+            ),
+        ] {
+            let err = Kubeconfig::from_yaml(text).unwrap_err();
+            let message = yaml_failure(&err);
+            assert!(!message.contains("7f3a9c"), "{message}");
+            assert!(
+                message.starts_with("it is not a kubeconfig YAML document"),
+                "{message}"
+            );
+            assert!(
+                message.contains(&format!("line {line}")),
+                "{text:?}: {message}"
+            );
+        }
     }
 }

@@ -205,6 +205,16 @@ async fn run_recorder(config: RecorderConfig, mut rx: mpsc::UnboundedReceiver<De
 }
 
 async fn publish(recorder: &Recorder, reference: &ObjectReference, record: &DecisionRecord) {
+    if let Err(err) = recorder.publish(&decision_event(record), reference).await {
+        tracing::warn!(%err, "could not publish a decision event");
+    }
+}
+
+/// The Event of one decision. The host object is its `related` object: the
+/// recorder folds Events with the same type, reason, action and objects into one
+/// series that keeps the first note, so without it every Create of a TenantCluster
+/// would count up on the Event of its first Create, naming that object only.
+fn decision_event(record: &DecisionRecord) -> Event {
     let note = format!(
         "{} {}/{} -> {}/{}: {}",
         record.kind,
@@ -214,7 +224,7 @@ async fn publish(recorder: &Recorder, reference: &ObjectReference, record: &Deci
         record.host.name,
         record.reason
     );
-    let event = Event {
+    Event {
         type_: if record.action == DecisionAction::Delete {
             EventType::Warning
         } else {
@@ -224,10 +234,13 @@ async fn publish(recorder: &Recorder, reference: &ObjectReference, record: &Deci
         // Events notes are capped at 1 KiB by the API server.
         note: Some(note.chars().take(1000).collect()),
         action: "Sync".into(),
-        secondary: None,
-    };
-    if let Err(err) = recorder.publish(&event, reference).await {
-        tracing::warn!(%err, "could not publish a decision event");
+        secondary: Some(ObjectReference {
+            api_version: Some(record.api_version.clone()),
+            kind: Some(record.kind.clone()),
+            namespace: Some(record.host.namespace.clone()),
+            name: Some(record.host.name.clone()),
+            ..ObjectReference::default()
+        }),
     }
 }
 
@@ -340,5 +353,65 @@ impl DecisionLog {
                 self.loaded = false;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tenantplane_api::{HostTarget, TenantObjectRef};
+
+    use super::*;
+
+    fn record(action: DecisionAction, name: &str) -> DecisionRecord {
+        DecisionRecord {
+            action,
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            tenant: TenantObjectRef {
+                namespace: "default".into(),
+                name: name.into(),
+                uid: None,
+            },
+            host: HostTarget {
+                namespace: "team-dev".into(),
+                name: format!("{name}-x-default-x-dev"),
+            },
+            reason: "synced".into(),
+            time: Time(Timestamp::now()),
+        }
+    }
+
+    #[test]
+    fn each_host_object_has_its_own_event() {
+        let a = decision_event(&record(DecisionAction::Create, "a"));
+        let b = decision_event(&record(DecisionAction::Create, "b"));
+        let related = a.secondary.clone().unwrap();
+        assert_eq!(related.name.as_deref(), Some("a-x-default-x-dev"));
+        assert_eq!(related.namespace.as_deref(), Some("team-dev"));
+        assert_eq!(related.kind.as_deref(), Some("ConfigMap"));
+        assert_eq!(related.api_version.as_deref(), Some("v1"));
+        // The recorder's series key: type, reason, action, regarding, related.
+        assert_eq!(
+            (a.type_, &a.reason, &a.action),
+            (b.type_, &b.reason, &b.action)
+        );
+        assert_ne!(
+            a.secondary, b.secondary,
+            "two objects would share one Event"
+        );
+        assert!(
+            a.note
+                .unwrap()
+                .contains("default/a -> team-dev/a-x-default-x-dev")
+        );
+    }
+
+    #[test]
+    fn a_delete_is_a_warning() {
+        let delete = decision_event(&record(DecisionAction::Delete, "a"));
+        assert_eq!(delete.type_, EventType::Warning);
+        assert_eq!(delete.reason, "Delete");
+        let create = decision_event(&record(DecisionAction::Create, "a"));
+        assert_eq!(create.type_, EventType::Normal);
     }
 }

@@ -9,9 +9,13 @@ use std::time::{Duration, Instant};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
+use kube::api::{
+    ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch, PatchParams,
+    PostParams,
+};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::decisions::TenantDecision;
 use tenantplane_engine::metrics::Metrics;
@@ -23,7 +27,17 @@ pub const DEADLINE: Duration = Duration::from_secs(30);
 pub const HOST_NS: &str = "team-dev";
 
 /// Polls `check` until it returns `Some`, failing the test at the deadline.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_within(what, DEADLINE, check).await
+}
+
+/// [`eventually`] with a deadline of its own, for what waits on a known longer
+/// interval (such as a controller requeue).
+pub async fn eventually_within<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -34,8 +48,8 @@ where
             return value;
         }
         assert!(
-            start.elapsed() < DEADLINE,
-            "timed out after {DEADLINE:?} waiting for: {what}"
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for: {what}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -81,6 +95,11 @@ impl Controller {
             (self.metrics.passes_of(tenant) >= start + n).then_some(())
         })
         .await;
+    }
+
+    /// Whether the controller task is still running (it has not panicked or returned).
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
     }
 
     pub async fn stop(self) {
@@ -225,6 +244,16 @@ pub async fn kubeconfig_secret(host: &Client, ns: &str, name: &str, kubeconfig: 
         .expect("kubeconfig secret");
 }
 
+/// The host name the engine gives tenant object `ns/name` of `tenant`.
+pub fn predicted(name: &str, ns: &str, tenant: &str) -> String {
+    host_name(&SourceName {
+        name,
+        virtual_namespace: ns,
+        tenant,
+    })
+    .name
+}
+
 pub const DEFAULT_KINDS: &[(&str, &str)] = &[
     ("v1", "ConfigMap"),
     ("v1", "Secret"),
@@ -266,9 +295,14 @@ impl Harness {
     }
 
     pub async fn create_dev(&self) {
+        self.create_dev_with("fast", "default").await;
+    }
+
+    /// TenantCluster `dev`, attached to the tenant server, with this profile and policy.
+    pub async fn create_dev_with(&self, profile: &str, policy: &str) {
         create(
             &self.host,
-            tenant_cluster("dev", HOST_NS, "fast", "default", "dev-kubeconfig"),
+            tenant_cluster("dev", HOST_NS, profile, policy, "dev-kubeconfig"),
         )
         .await;
     }
@@ -279,6 +313,48 @@ impl Harness {
 
     pub fn tenant_api(&self, api_version: &str, kind: &str, ns: &str) -> Api<DynamicObject> {
         dynamic(&self.tenant, api_version, kind, Some(ns))
+    }
+
+    pub fn tenant_clusters(&self) -> Api<DynamicObject> {
+        dynamic(
+            &self.host,
+            "tenantplane.io/v1alpha1",
+            "TenantCluster",
+            Some(HOST_NS),
+        )
+    }
+
+    /// The decisions kept in the SyncDecision `name` (none when it does not exist).
+    pub async fn decisions(&self, name: &str) -> Vec<Value> {
+        let api = dynamic(
+            &self.host,
+            "tenantplane.io/v1alpha1",
+            "SyncDecision",
+            Some(HOST_NS),
+        );
+        api.get_opt(name)
+            .await
+            .unwrap()
+            .and_then(|sd| sd.data["status"]["decisions"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// Waits until the TenantCluster's condition `type_` has `status` and `reason`,
+    /// and returns its message.
+    pub async fn wait_condition(
+        &self,
+        name: &str,
+        type_: &str,
+        status: &str,
+        reason: &str,
+        deadline: Duration,
+    ) -> String {
+        let what = format!("TenantCluster {name} {type_}={status} ({reason})");
+        eventually_within(&what, deadline, move || async move {
+            let (s, r, message) = self.condition(name, type_).await?;
+            (s == status && r == reason).then_some(message)
+        })
+        .await
     }
 
     /// Waits until the TenantCluster reports `Synced=True`.
@@ -326,6 +402,13 @@ impl Harness {
     }
 }
 
+/// Merge-patches `name` through `api`.
+pub async fn merge_patch(api: &Api<DynamicObject>, name: &str, patch: Value) -> DynamicObject {
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap_or_else(|e| panic!("patch {name}: {e}"))
+}
+
 /// Waits until `name` exists through `api`, and returns it.
 pub async fn wait_for(api: &Api<DynamicObject>, name: &str) -> DynamicObject {
     eventually(&format!("{name} to exist"), || async {
@@ -353,4 +436,19 @@ pub async fn wait_gone(api: &Api<DynamicObject>, name: &str) {
         api.get_opt(name).await.ok()?.is_none().then_some(())
     })
     .await
+}
+
+/// The names of the objects of `api` labelled as synced for `tenant`, sorted.
+pub async fn managed_names(api: &Api<DynamicObject>, tenant: &str) -> Vec<String> {
+    let params = ListParams::default().labels(&format!("tenantplane.io/tenant={tenant}"));
+    let mut names: Vec<String> = api
+        .list(&params)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    names.sort();
+    names
 }

@@ -8,16 +8,6 @@ mod harness;
 use harness::*;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use tenantplane_core::naming::{SourceName, host_name};
-
-fn predicted(name: &str, ns: &str, tenant: &str) -> String {
-    host_name(&SourceName {
-        name,
-        virtual_namespace: ns,
-        tenant,
-    })
-    .name
-}
 
 #[tokio::test]
 async fn create_update_and_delete_reach_the_host_for_core_kinds_and_a_crd() {
@@ -372,6 +362,18 @@ async fn restarting_the_controller_with_nothing_changed_makes_zero_host_writes()
                 .then_some(())
         }
     })
+    .await;
+    // The Service and the Secret were created last: wait for their copies too, or
+    // the restarted engine may be the one that creates them.
+    wait_for(
+        &h.host_api("v1", "Service"),
+        &predicted("svc", "default", "dev"),
+    )
+    .await;
+    wait_for(
+        &h.host_api("v1", "Secret"),
+        &predicted("s", "default", "dev"),
+    )
     .await;
     h.wait_synced("dev").await;
     // Stopping flushes the decision log, so nothing is left to write later.

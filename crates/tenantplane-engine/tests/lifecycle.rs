@@ -1,0 +1,875 @@
+//! The lifecycle of TenantClusters against real API servers: two tenants in one
+//! host namespace, a tenant API server that goes away mid-sync, deletion and
+//! cleanup, degraded conditions, policy changes, immutable fields, fairness and
+//! Events.
+
+// Tests assert by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use harness::*;
+use k8s_openapi::ByteString;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+/// A synced TenantCluster is rechecked every 30s and the tenant gets 5s to answer;
+/// a watch that lost its server retries with a backoff of up to 30s. Waits that
+/// span a tenant outage allow for both.
+const OUTAGE_DEADLINE: Duration = Duration::from_secs(60);
+
+fn secret(ns: &str, name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "stringData": data})
+}
+
+fn sync_decisions(h: &Harness) -> Api<DynamicObject> {
+    dynamic(
+        &h.host,
+        "tenantplane.io/v1alpha1",
+        "SyncDecision",
+        Some(HOST_NS),
+    )
+}
+
+async fn phase(h: &Harness, name: &str) -> Option<String> {
+    let tc = h.tenant_clusters().get(name).await.ok()?;
+    tc.data["status"]["phase"].as_str().map(str::to_owned)
+}
+
+async fn wait_phase(h: &Harness, name: &str, wanted: &str) {
+    eventually(
+        &format!("TenantCluster {name} phase {wanted}"),
+        || async move { (phase(h, name).await.as_deref() == Some(wanted)).then_some(()) },
+    )
+    .await;
+}
+
+/// The tenant's ConfigMaps of namespace `ns` as host name -> data, and the host's
+/// copies of `tenant` as host name -> data, checking that no two host objects claim
+/// the same tenant object.
+async fn tenant_and_host_configmaps(
+    tenant_client: &Client,
+    host: &Api<DynamicObject>,
+    ns: &str,
+    tenant: &str,
+) -> Option<(BTreeMap<String, Value>, BTreeMap<String, Value>)> {
+    let tenant_api = dynamic(tenant_client, "v1", "ConfigMap", Some(ns));
+    let expected: BTreeMap<String, Value> = tenant_api
+        .list(&ListParams::default())
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .map(|o| {
+            (
+                predicted(&o.metadata.name.unwrap(), ns, tenant),
+                o.data["data"].clone(),
+            )
+        })
+        .collect();
+    let copies = host
+        .list(&ListParams::default().labels(&format!("tenantplane.io/tenant={tenant}")))
+        .await
+        .ok()?
+        .items;
+    let mut sources: Vec<(String, String)> = copies
+        .iter()
+        .map(|o| {
+            let a = o.metadata.annotations.clone().unwrap_or_default();
+            (
+                a.get("tenantplane.io/virtual-namespace")
+                    .cloned()
+                    .unwrap_or_default(),
+                a.get("tenantplane.io/virtual-name")
+                    .cloned()
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    let claimed = sources.len();
+    sources.sort();
+    sources.dedup();
+    assert_eq!(
+        sources.len(),
+        claimed,
+        "two host copies of one tenant object"
+    );
+    let actual = copies
+        .into_iter()
+        .map(|o| (o.metadata.name.unwrap(), o.data["data"].clone()))
+        .collect();
+    Some((expected, actual))
+}
+
+#[tokio::test]
+async fn two_tenant_clusters_in_one_namespace_keep_identically_named_objects_apart() {
+    let h = Harness::start().await;
+    let qa_server = h.env.start_apiserver("tenant-qa").await.expect("tenant-qa");
+    let qa = qa_server.client().await.unwrap();
+    install_crds(&qa, vec![widget_crd("Namespaced")]).await;
+    kubeconfig_secret(
+        &h.host,
+        HOST_NS,
+        "qa-kubeconfig",
+        &qa_server.kubeconfig_yaml("admin").unwrap(),
+    )
+    .await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev().await;
+    create(
+        &h.host,
+        tenant_cluster("qa", HOST_NS, "fast", "default", "qa-kubeconfig"),
+    )
+    .await;
+    for (client, who) in [(&h.tenant, "dev"), (&qa, "qa")] {
+        create(
+            client,
+            configmap("default", "settings", json!({"who": who})),
+        )
+        .await;
+        create(client, configmap("default", "other", json!({"who": who}))).await;
+    }
+
+    let cms = h.host_api("v1", "ConfigMap");
+    let dev_name = predicted("settings", "default", "dev");
+    let qa_name = predicted("settings", "default", "qa");
+    assert_ne!(dev_name, qa_name);
+    let dev_copy = wait_for(&cms, &dev_name).await;
+    let qa_copy = wait_for(&cms, &qa_name).await;
+    assert_eq!(dev_copy.data["data"]["who"], "dev");
+    assert_eq!(qa_copy.data["data"]["who"], "qa");
+    assert_eq!(
+        dev_copy.metadata.labels.unwrap()["tenantplane.io/tenant"],
+        "dev"
+    );
+    assert_eq!(
+        qa_copy.metadata.labels.clone().unwrap()["tenantplane.io/tenant"],
+        "qa"
+    );
+    h.wait_synced("dev").await;
+    h.wait_synced("qa").await;
+
+    // An update in dev reaches dev's copy only.
+    merge_patch(
+        &h.tenant_api("v1", "ConfigMap", "default"),
+        "settings",
+        json!({"data": {"who": "dev, updated"}}),
+    )
+    .await;
+    wait_for_that(&cms, &dev_name, "dev's update", |o| {
+        o.data["data"]["who"] == "dev, updated"
+    })
+    .await;
+    // Two full passes of qa's four kinds.
+    controller.wait_passes("qa", 8).await;
+    let qa_now = cms.get(&qa_name).await.unwrap();
+    assert_eq!(
+        qa_now.metadata.resource_version, qa_copy.metadata.resource_version,
+        "dev's update touched qa's copy"
+    );
+    assert_eq!(qa_now.data["data"]["who"], "qa");
+
+    // A delete in qa removes qa's copy only.
+    let dev_before = cms.get(&dev_name).await.unwrap();
+    dynamic(&qa, "v1", "ConfigMap", Some("default"))
+        .delete("settings", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&cms, &qa_name).await;
+    controller.wait_passes("dev", 8).await;
+    let dev_after = cms.get(&dev_name).await.unwrap();
+    assert_eq!(
+        dev_after.metadata.resource_version, dev_before.metadata.resource_version,
+        "qa's delete touched dev's copy"
+    );
+    assert_eq!(
+        managed_names(&cms, "dev").await,
+        vec![
+            predicted("other", "default", "dev"),
+            predicted("settings", "default", "dev")
+        ]
+    );
+    assert_eq!(
+        managed_names(&cms, "qa").await,
+        vec![predicted("other", "default", "qa")]
+    );
+
+    // Each TenantCluster's SyncDecision speaks of its own host objects only.
+    eventually("qa's Delete decision recorded", || async {
+        h.decisions("qa")
+            .await
+            .iter()
+            .any(|d| d["action"] == "Delete")
+            .then_some(())
+    })
+    .await;
+    for tenant in ["dev", "qa"] {
+        let decisions = h.decisions(tenant).await;
+        assert!(!decisions.is_empty());
+        for d in &decisions {
+            let host = d["host"]["name"].as_str().unwrap();
+            assert!(host.ends_with(&format!("-x-{tenant}")), "{tenant}: {d}");
+        }
+    }
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_tenant_api_server_stopped_and_restarted_mid_sync_converges_exactly() {
+    let mut h = Harness::start().await;
+    // Paced, so the outage begins while most creates are still queued.
+    create(&h.host, profile("paced", 10, 1)).await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev_with("paced", "default").await;
+    h.wait_synced("dev").await;
+    for i in 0..40 {
+        create(
+            &h.tenant,
+            configmap("default", &format!("cm-{i}"), json!({"i": i.to_string()})),
+        )
+        .await;
+    }
+    let cms = h.host_api("v1", "ConfigMap");
+    let on_host = eventually("some copies on the host", || async {
+        let n = managed_names(&cms, "dev").await.len();
+        (n >= 3).then_some(n)
+    })
+    .await;
+
+    h.tenant_server.stop();
+    let message = h
+        .wait_condition(
+            "dev",
+            "Ready",
+            "False",
+            "TenantUnreachable",
+            OUTAGE_DEADLINE,
+        )
+        .await;
+    assert!(
+        message.contains(&h.tenant_server.url()),
+        "the message names the tenant endpoint: {message}"
+    );
+    let (status, reason, _) = h.condition("dev", "Synced").await.unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "TenantUnreachable")
+    );
+    assert_eq!(phase(&h, "dev").await.as_deref(), Some("Degraded"));
+    assert!(
+        controller.is_running(),
+        "the controller died with the tenant"
+    );
+    // Nothing synced so far was collected while the tenant could not be read.
+    assert!(managed_names(&cms, "dev").await.len() >= on_host);
+
+    h.tenant_server.start().await.expect("tenant restarts");
+    let tenant = h.tenant_server.client().await.unwrap();
+    for i in 40..45 {
+        create(
+            &tenant,
+            configmap("default", &format!("cm-{i}"), json!({"i": i.to_string()})),
+        )
+        .await;
+    }
+    let tenant_cms = dynamic(&tenant, "v1", "ConfigMap", Some("default"));
+    for i in 0..5 {
+        tenant_cms
+            .delete(&format!("cm-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    merge_patch(&tenant_cms, "cm-20", json!({"data": {"i": "twenty"}})).await;
+
+    // Exactly the tenant's set, with the tenant's data: none lost, none left over.
+    let (expected, actual) = eventually_within(
+        "the host holds exactly the tenant's ConfigMaps",
+        OUTAGE_DEADLINE,
+        || async {
+            let (expected, actual) =
+                tenant_and_host_configmaps(&tenant, &cms, "default", "dev").await?;
+            (expected == actual).then_some((expected, actual))
+        },
+    )
+    .await;
+    assert_eq!(expected.len(), 40);
+    assert_eq!(actual[&predicted("cm-20", "default", "dev")]["i"], "twenty");
+    h.wait_condition("dev", "Ready", "True", "TenantReachable", DEADLINE)
+        .await;
+    h.wait_synced("dev").await;
+    wait_phase(&h, "dev", "Ready").await;
+    assert!(controller.is_running());
+    controller.stop().await;
+}
+
+/// Creates TenantCluster dev with one object of every kind, then deletes the
+/// TenantCluster (after stopping the tenant API server when `stop_tenant_first`)
+/// and checks everything it made is gone, and nothing else.
+async fn deleting_a_tenant_cluster_removes_what_it_made(stop_tenant_first: bool) {
+    let mut h = Harness::start().await;
+    let foreign_cm = create(
+        &h.host,
+        configmap(HOST_NS, "not-ours", json!({"owner": "someone else"})),
+    )
+    .await;
+    let foreign_secret = create(
+        &h.host,
+        secret(HOST_NS, "not-ours-either", json!({"k": "v"})),
+    )
+    .await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev().await;
+    create(&h.tenant, configmap("default", "a", json!({"k": "a"}))).await;
+    create(&h.tenant, configmap("default", "b", json!({"k": "b"}))).await;
+    create(&h.tenant, secret("default", "s", json!({"k": "s"}))).await;
+    create(&h.tenant, json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc", "namespace": "default"},
+                             "spec": {"ports": [{"port": 80}]}})).await;
+    create(&h.tenant, json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "default"},
+                             "spec": {"size": 1}})).await;
+    let synced = [
+        ("v1", "ConfigMap", "a"),
+        ("v1", "ConfigMap", "b"),
+        ("v1", "Secret", "s"),
+        ("v1", "Service", "svc"),
+        ("example.com/v1", "Widget", "w"),
+    ];
+    for (api_version, kind, name) in synced {
+        wait_for(
+            &h.host_api(api_version, kind),
+            &predicted(name, "default", "dev"),
+        )
+        .await;
+    }
+    h.wait_synced("dev").await;
+    wait_for(&sync_decisions(&h), "dev").await;
+
+    if stop_tenant_first {
+        h.tenant_server.stop();
+    }
+    h.tenant_clusters()
+        .delete("dev", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The finalizer is removed only once cleanup is done.
+    wait_gone(&h.tenant_clusters(), "dev").await;
+    for (api_version, kind, _) in synced {
+        assert_eq!(
+            managed_names(&h.host_api(api_version, kind), "dev").await,
+            Vec::<String>::new(),
+            "{kind} copies left after the TenantCluster was deleted"
+        );
+    }
+    assert!(
+        sync_decisions(&h).get_opt("dev").await.unwrap().is_none(),
+        "the SyncDecision outlived its TenantCluster"
+    );
+    let cms = h.host_api("v1", "ConfigMap");
+    let secrets = h.host_api("v1", "Secret");
+    for (api, foreign) in [(&cms, &foreign_cm), (&secrets, &foreign_secret)] {
+        let now = api
+            .get(foreign.metadata.name.as_ref().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(now.metadata.uid, foreign.metadata.uid);
+        assert_eq!(
+            now.metadata.resource_version,
+            foreign.metadata.resource_version
+        );
+    }
+    assert!(secrets.get_opt("dev-kubeconfig").await.unwrap().is_some());
+    assert!(controller.is_running());
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_tenant_cluster_removes_its_host_copies_its_decisions_and_itself() {
+    deleting_a_tenant_cluster_removes_what_it_made(false).await;
+}
+
+#[tokio::test]
+async fn a_tenant_cluster_whose_tenant_server_is_gone_is_still_cleaned_up() {
+    deleting_a_tenant_cluster_removes_what_it_made(true).await;
+}
+
+#[tokio::test]
+async fn unresolvable_references_degrade_with_a_reason_naming_the_missing_thing() {
+    let h = Harness::start().await;
+    let good = h.tenant_server.kubeconfig_yaml("admin").unwrap();
+    create(&h.host, secret(HOST_NS, "keyless", json!({"config": good}))).await;
+    // Whatever is in the Secret may be a credential: it must not be repeated.
+    kubeconfig_secret(&h.host, HOST_NS, "garbage", "token-7f3a9c-do-not-repeat").await;
+    let controller = Controller::start(&h.host).await;
+    // (TenantCluster, profile, policy, Secret, reason, what the message must name)
+    let cases = [
+        (
+            "no-profile",
+            "absent-profile",
+            "default",
+            "dev-kubeconfig",
+            "IsolationProfileNotFound",
+            "absent-profile",
+        ),
+        (
+            "no-policy",
+            "fast",
+            "absent-policy",
+            "dev-kubeconfig",
+            "SyncPolicyNotFound",
+            "absent-policy",
+        ),
+        (
+            "no-secret",
+            "fast",
+            "default",
+            "absent-secret",
+            "KubeconfigSecretNotFound",
+            "absent-secret",
+        ),
+        (
+            "no-key",
+            "fast",
+            "default",
+            "keyless",
+            "KubeconfigKeyMissing",
+            "\"kubeconfig\"",
+        ),
+        (
+            "bad-kubeconfig",
+            "fast",
+            "default",
+            "garbage",
+            "InvalidKubeconfig",
+            "garbage",
+        ),
+    ];
+    for (name, profile, policy, secret, _, _) in cases {
+        create(
+            &h.host,
+            tenant_cluster(name, HOST_NS, profile, policy, secret),
+        )
+        .await;
+    }
+    for (name, _, _, secret, reason, names) in cases {
+        let message = h
+            .wait_condition(name, "Ready", "False", reason, DEADLINE)
+            .await;
+        assert!(message.contains(names), "{name}: {message}");
+        if reason.starts_with("Kubeconfig") || reason == "InvalidKubeconfig" {
+            assert!(message.contains(secret), "{name}: {message}");
+        }
+        assert!(
+            !message.contains("7f3a9c") && !message.contains(&good),
+            "{name}: the message repeats the Secret's content: {message}"
+        );
+        let (status, synced_reason, _) = h.condition(name, "Synced").await.unwrap();
+        assert_eq!((status.as_str(), synced_reason.as_str()), ("False", reason));
+        assert_eq!(phase(&h, name).await.as_deref(), Some("Degraded"), "{name}");
+    }
+
+    // Fixing the reference is enough: the TenantCluster becomes Ready and syncs.
+    create(&h.host, profile("absent-profile", 1000, 2000)).await;
+    h.wait_condition("no-profile", "Ready", "True", "TenantReachable", DEADLINE)
+        .await;
+    h.wait_synced("no-profile").await;
+    wait_phase(&h, "no-profile", "Ready").await;
+    create(&h.tenant, configmap("default", "app", json!({"k": "v"}))).await;
+    wait_for(
+        &h.host_api("v1", "ConfigMap"),
+        &predicted("app", "default", "no-profile"),
+    )
+    .await;
+    // The others are still degraded, for the same reasons.
+    for (name, _, _, _, reason, _) in &cases[1..] {
+        let (status, now, _) = h.condition(name, "Ready").await.unwrap();
+        assert_eq!((status.as_str(), now.as_str()), ("False", *reason));
+    }
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_kind_the_tenant_does_not_serve_is_reported_while_the_others_sync() {
+    let h = Harness::start().await;
+    create(
+        &h.host,
+        policy(
+            "with-gadget",
+            &[("v1", "ConfigMap"), ("example.com/v1", "Gadget")],
+            "2s",
+        ),
+    )
+    .await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev_with("fast", "with-gadget").await;
+    create(&h.tenant, configmap("default", "app", json!({"k": "v"}))).await;
+    let cms = h.host_api("v1", "ConfigMap");
+    let name = predicted("app", "default", "dev");
+    wait_for(&cms, &name).await;
+    let message = h
+        .wait_condition("dev", "Synced", "False", "KindUnavailable", DEADLINE)
+        .await;
+    assert!(
+        message.contains("example.com/v1 Gadget"),
+        "the message names the kind: {message}"
+    );
+    let (ready, _, _) = h.condition("dev", "Ready").await.unwrap();
+    assert_eq!(ready, "True");
+    // ConfigMaps keep syncing.
+    merge_patch(
+        &h.tenant_api("v1", "ConfigMap", "default"),
+        "app",
+        json!({"data": {"k": "v2"}}),
+    )
+    .await;
+    wait_for_that(&cms, &name, "updated", |o| o.data["data"]["k"] == "v2").await;
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_kind_removed_from_the_policy_stops_syncing_and_its_copies_stay_until_deletion() {
+    let h = Harness::start().await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev().await;
+    create(&h.tenant, secret("default", "old", json!({"k": "old"}))).await;
+    let secrets = h.host_api("v1", "Secret");
+    let old_name = predicted("old", "default", "dev");
+    let old_copy = wait_for(&secrets, &old_name).await;
+    h.wait_synced("dev").await;
+
+    let lists_before = tenant_configmap_lists(&h).await;
+    let kept: Vec<(&str, &str)> = DEFAULT_KINDS
+        .iter()
+        .copied()
+        .filter(|(_, kind)| *kind != "Secret")
+        .collect();
+    let patched = policy("default", &kept, "2s");
+    merge_patch(
+        &dynamic(&h.host, "tenantplane.io/v1alpha1", "SyncPolicy", None),
+        "default",
+        json!({"spec": {"resources": patched["spec"]["resources"]}}),
+    )
+    .await;
+    // The engine is restarted for the new policy: its ConfigMap syncer lists the
+    // tenant again (the old engine is stopped before the new one starts).
+    eventually("the engine restarted with the new policy", || async {
+        (tenant_configmap_lists(&h).await > lists_before).then_some(())
+    })
+    .await;
+
+    create(&h.tenant, secret("default", "new", json!({"k": "new"}))).await;
+    create(&h.tenant, configmap("default", "marker", json!({"k": "v"}))).await;
+    wait_for(
+        &h.host_api("v1", "ConfigMap"),
+        &predicted("marker", "default", "dev"),
+    )
+    .await;
+    // Two full passes of the three kinds left.
+    controller.wait_passes("dev", 6).await;
+    assert!(
+        secrets
+            .get_opt(&predicted("new", "default", "dev"))
+            .await
+            .unwrap()
+            .is_none(),
+        "a Secret was synced after Secret was removed from the policy"
+    );
+    let old_now = secrets.get(&old_name).await.unwrap();
+    assert_eq!(
+        old_now.metadata.resource_version, old_copy.metadata.resource_version,
+        "the existing copy is left as it was"
+    );
+    let tc = h.tenant_clusters().get("dev").await.unwrap();
+    assert!(
+        tc.data["status"]["syncedResources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "Secret"),
+        "status.syncedResources forgot Secret: {}",
+        tc.data["status"]
+    );
+
+    // Deleting the TenantCluster removes the leftover copy too.
+    h.tenant_clusters()
+        .delete("dev", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&h.tenant_clusters(), "dev").await;
+    assert_eq!(managed_names(&secrets, "dev").await, Vec::<String>::new());
+    assert_eq!(
+        managed_names(&h.host_api("v1", "ConfigMap"), "dev").await,
+        Vec::<String>::new()
+    );
+    controller.stop().await;
+}
+
+/// LIST requests for ConfigMaps the tenant API server has answered.
+async fn tenant_configmap_lists(h: &Harness) -> u64 {
+    let counts = h.tenant_server.request_counts().await.unwrap();
+    counts
+        .by_verb_resource
+        .get(&("LIST".to_owned(), "configmaps".to_owned()))
+        .copied()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn allocated_and_immutable_fields_are_kept_when_the_tenant_updates() {
+    let h = Harness::start().await;
+    create(
+        &h.host,
+        policy("with-pods", &[("v1", "Service"), ("v1", "Pod")], "2s"),
+    )
+    .await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev_with("fast", "with-pods").await;
+    create(&h.tenant, json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"type": "NodePort", "ports": [{"port": 80, "targetPort": 8080}], "selector": {"app": "web"}}})).await;
+    create(&h.tenant, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "nginx:1.25", "env": [{"name": "MODE", "value": "a"}]}]}})).await;
+
+    let services = h.host_api("v1", "Service");
+    let svc_name = predicted("web", "default", "dev");
+    let svc_before = wait_for(&services, &svc_name).await;
+    let cluster_ip = svc_before.data["spec"]["clusterIP"].clone();
+    let node_port = svc_before.data["spec"]["ports"][0]["nodePort"].clone();
+    assert!(cluster_ip.is_string(), "{}", svc_before.data);
+    assert!(node_port.is_number(), "{}", svc_before.data);
+
+    merge_patch(
+        &h.tenant_api("v1", "Service", "default"),
+        "web",
+        json!({"spec": {"selector": {"app": "web-v2"}}}),
+    )
+    .await;
+    let svc_after = wait_for_that(&services, &svc_name, "selector updated", |o| {
+        o.data["spec"]["selector"]["app"] == "web-v2"
+    })
+    .await;
+    assert_eq!(svc_after.metadata.uid, svc_before.metadata.uid, "recreated");
+    assert_eq!(svc_after.data["spec"]["clusterIP"], cluster_ip);
+    assert_eq!(
+        svc_after.data["spec"]["clusterIPs"],
+        svc_before.data["spec"]["clusterIPs"]
+    );
+    assert_eq!(svc_after.data["spec"]["ports"][0]["nodePort"], node_port);
+    assert_eq!(svc_after.data["spec"]["ports"][0]["targetPort"], 8080);
+
+    let pods = h.host_api("v1", "Pod");
+    let pod_name = predicted("p", "default", "dev");
+    let pod_before = wait_for(&pods, &pod_name).await;
+    h.tenant_api("v1", "Pod", "default")
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::<Value>::Json(
+                serde_json::from_value(json!([
+                    {"op": "replace", "path": "/spec/containers/0/image", "value": "nginx:1.26"}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let pod_after = wait_for_that(&pods, &pod_name, "image updated", |o| {
+        o.data["spec"]["containers"][0]["image"] == "nginx:1.26"
+    })
+    .await;
+    assert_eq!(pod_after.metadata.uid, pod_before.metadata.uid, "recreated");
+    let without_image = |pod: &DynamicObject| {
+        let mut spec = pod.data["spec"].clone();
+        spec["containers"][0]["image"] = Value::Null;
+        spec
+    };
+    assert_eq!(
+        without_image(&pod_after),
+        without_image(&pod_before),
+        "the rest of the host Pod's spec changed"
+    );
+
+    // Converged: more passes write neither again.
+    controller.wait_passes("dev", 4).await;
+    let svc_now = services.get(&svc_name).await.unwrap();
+    let pod_now = pods.get(&pod_name).await.unwrap();
+    assert_eq!(
+        svc_now.metadata.resource_version,
+        svc_after.metadata.resource_version
+    );
+    assert_eq!(
+        pod_now.metadata.resource_version,
+        pod_after.metadata.resource_version
+    );
+    let decisions = h.decisions("dev").await;
+    for kind in ["Service", "Pod"] {
+        assert!(
+            decisions
+                .iter()
+                .any(|d| d["action"] == "Update" && d["kind"] == kind),
+            "no {kind} Update in {decisions:?}"
+        );
+        assert!(
+            !decisions
+                .iter()
+                .any(|d| d["action"] == "Skip" && d["kind"] == kind),
+            "a {kind} update was skipped: {decisions:?}"
+        );
+    }
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn api_fairness_paces_host_writes_and_the_decisions_say_so() {
+    let h = Harness::start().await;
+    create(&h.host, profile("paced", 5, 1)).await;
+    for i in 0..10 {
+        create(
+            &h.tenant,
+            configmap("default", &format!("cm-{i}"), json!({"i": i.to_string()})),
+        )
+        .await;
+    }
+    let controller = Controller::start(&h.host).await;
+    let start = Instant::now();
+    h.create_dev_with("paced", "default").await;
+    let cms = h.host_api("v1", "ConfigMap");
+    let mut expected: Vec<String> = (0..10)
+        .map(|i| predicted(&format!("cm-{i}"), "default", "dev"))
+        .collect();
+    expected.sort();
+    eventually("all ten synced", || async {
+        (managed_names(&cms, "dev").await == expected).then_some(())
+    })
+    .await;
+    // One write is free (burst 1), the other nine take 200ms each at 5 writes/s.
+    assert!(
+        start.elapsed() >= Duration::from_millis(1700),
+        "ten writes at 5/s took only {:?}",
+        start.elapsed()
+    );
+    let creates = eventually("ten Create decisions", || async {
+        let creates: Vec<Value> = h
+            .decisions("dev")
+            .await
+            .into_iter()
+            .filter(|d| d["action"] == "Create" && d["kind"] == "ConfigMap")
+            .collect();
+        (creates.len() == 10).then_some(creates)
+    })
+    .await;
+    let waited: Vec<&str> = creates
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .filter(|r| r.contains("apiFairness"))
+        .collect();
+    assert!(
+        waited.len() >= 5,
+        "only {} of 10 creates waited for the budget: {creates:?}",
+        waited.len()
+    );
+    assert!(
+        waited.iter().all(|r| r.contains("(5 writes/s)")),
+        "{waited:?}"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn decisions_are_events_on_the_tenant_cluster_without_secret_data() {
+    const PASSWORD: &str = "correct-horse-battery-staple-4417";
+    let h = Harness::start().await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev().await;
+    create(
+        &h.tenant,
+        secret("default", "creds", json!({"password": PASSWORD})),
+    )
+    .await;
+    create(&h.tenant, configmap("default", "a", json!({"k": "a"}))).await;
+    create(&h.tenant, configmap("default", "b", json!({"k": "b"}))).await;
+    let cms = h.host_api("v1", "ConfigMap");
+    let secrets = h.host_api("v1", "Secret");
+    let secret_name = predicted("creds", "default", "dev");
+    wait_for(&secrets, &secret_name).await;
+    wait_for(&cms, &predicted("b", "default", "dev")).await;
+    let a = predicted("a", "default", "dev");
+    wait_for(&cms, &a).await;
+    // An update of the Secret and a delete.
+    merge_patch(
+        &h.tenant_api("v1", "Secret", "default"),
+        "creds",
+        json!({"stringData": {"password": format!("{PASSWORD}-2")}}),
+    )
+    .await;
+    wait_for_that(&secrets, &secret_name, "updated", |o| {
+        o.data["data"]["password"] != json!(ByteString(PASSWORD.as_bytes().to_vec()))
+    })
+    .await;
+    h.tenant_api("v1", "ConfigMap", "default")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&cms, &a).await;
+
+    let tc_uid = h.tenant_clusters().get("dev").await.unwrap().metadata.uid;
+    let events_api = dynamic(&h.host, "events.k8s.io/v1", "Event", Some(HOST_NS));
+    let events = eventually("Create, Update and Delete events", || async {
+        let events: Vec<DynamicObject> = events_api
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.data["regarding"]["kind"] == "TenantCluster"
+                    && e.data["regarding"]["name"] == "dev"
+            })
+            .collect();
+        let has = |reason: &str| events.iter().any(|e| e.data["reason"] == reason);
+        (has("Create") && has("Update") && has("Delete")).then_some(events)
+    })
+    .await;
+    for e in &events {
+        assert_eq!(e.data["regarding"]["uid"].as_str(), tc_uid.as_deref());
+        assert_eq!(e.data["reportingController"], "tenantplane.io/sync-engine");
+        let expected_type = if e.data["reason"] == "Delete" {
+            "Warning"
+        } else {
+            "Normal"
+        };
+        assert_eq!(e.data["type"], expected_type, "{}", e.data);
+    }
+    let delete = events
+        .iter()
+        .find(|e| e.data["reason"] == "Delete")
+        .unwrap();
+    assert!(
+        delete.data["note"].as_str().unwrap().contains(&a),
+        "{}",
+        delete.data
+    );
+    // Each Create has an Event of its own, naming its object.
+    for host in [&secret_name, &a, &predicted("b", "default", "dev")] {
+        assert!(
+            events.iter().any(|e| e.data["reason"] == "Create"
+                && e.data["note"].as_str().unwrap().contains(host.as_str())),
+            "no Create Event names {host}: {:?}",
+            events.iter().map(|e| &e.data["note"]).collect::<Vec<_>>()
+        );
+    }
+
+    // No Event in the namespace repeats the Secret's data, plain or base64.
+    let all = events_api.list(&ListParams::default()).await.unwrap();
+    let text = serde_json::to_string(&all.items).unwrap();
+    for value in [PASSWORD.to_owned(), format!("{PASSWORD}-2")] {
+        let encoded = json!(ByteString(value.as_bytes().to_vec()));
+        assert!(!text.contains(&value), "an Event holds the Secret's data");
+        assert!(
+            !text.contains(encoded.as_str().unwrap()),
+            "an Event holds the Secret's data (base64)"
+        );
+    }
+    controller.stop().await;
+}
