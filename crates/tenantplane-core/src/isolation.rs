@@ -37,9 +37,24 @@ use crate::metadata::{
 use crate::names::{NameError, validate_namespace_name, validate_tenant_name};
 use crate::quantity::{QuantityError, approximate_value, validate_non_negative};
 
-pub const NETWORK_POLICY_NAME: &str = "tenantplane-isolation";
-pub const RESOURCE_QUOTA_NAME: &str = "tenantplane-quota";
-pub const LIMIT_RANGE_NAME: &str = "tenantplane-limits";
+// Named per tenant, so TenantClusters sharing a host namespace never collide. They
+// share the namespace's boundary: every tenant's quota and limits apply to every pod
+// there, and each policy selects every pod (pod labels are not a boundary).
+
+/// The NetworkPolicy of `tenant`: `tenantplane-isolation-<tenant>`.
+pub fn network_policy_name(tenant: &str) -> String {
+    format!("tenantplane-isolation-{tenant}")
+}
+
+/// The ResourceQuota of `tenant`: `tenantplane-quota-<tenant>`.
+pub fn resource_quota_name(tenant: &str) -> String {
+    format!("tenantplane-quota-{tenant}")
+}
+
+/// The LimitRange of `tenant`: `tenantplane-limits-<tenant>`.
+pub fn limit_range_name(tenant: &str) -> String {
+    format!("tenantplane-limits-{tenant}")
+}
 
 /// Pod Security Admission namespace label keys; each also gets a `-version` label.
 pub const POD_SECURITY_MODES: [&str; 3] = [
@@ -285,7 +300,7 @@ fn network_policy(input: &IsolationInput<'_>) -> NetworkPolicy {
         EgressPolicy::AllowAll => egress.push(NetworkPolicyEgressRule::default()),
     }
     NetworkPolicy {
-        metadata: object_meta(NETWORK_POLICY_NAME, input),
+        metadata: object_meta(&network_policy_name(input.tenant), input),
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(LabelSelector::default()),
             policy_types: Some(vec!["Ingress".to_owned(), "Egress".to_owned()]),
@@ -309,7 +324,7 @@ fn resource_quota(input: &IsolationInput<'_>, caps: &Caps<'_>) -> Option<Resourc
         return None;
     }
     Some(ResourceQuota {
-        metadata: object_meta(RESOURCE_QUOTA_NAME, input),
+        metadata: object_meta(&resource_quota_name(input.tenant), input),
         spec: Some(ResourceQuotaSpec {
             hard: Some(hard),
             ..ResourceQuotaSpec::default()
@@ -336,7 +351,7 @@ fn limit_range(input: &IsolationInput<'_>, caps: &Caps<'_>) -> LimitRange {
         ])
     };
     LimitRange {
-        metadata: object_meta(LIMIT_RANGE_NAME, input),
+        metadata: object_meta(&limit_range_name(input.tenant), input),
         spec: Some(LimitRangeSpec {
             limits: vec![LimitRangeItem {
                 type_: "Container".to_owned(),
@@ -432,7 +447,7 @@ mod tests {
             let objects = compile_level(level, None, EgressPolicy::AllowDns);
             let np = json(objects.network_policy.as_ref().unwrap());
             assert_eq!(np["apiVersion"], "networking.k8s.io/v1");
-            assert_eq!(np["metadata"]["name"], "tenantplane-isolation");
+            assert_eq!(np["metadata"]["name"], "tenantplane-isolation-dev");
             assert_eq!(np["metadata"]["namespace"], "team-dev");
             assert_eq!(np["spec"]["podSelector"], serde_json::json!({}));
             assert_eq!(
@@ -593,7 +608,7 @@ mod tests {
             EgressPolicy::AllowDns,
         );
         let quota = json(objects.resource_quota.as_ref().unwrap());
-        assert_eq!(quota["metadata"]["name"], "tenantplane-quota");
+        assert_eq!(quota["metadata"]["name"], "tenantplane-quota-dev");
         assert_eq!(
             quota["spec"],
             serde_json::json!({"hard": {
@@ -627,7 +642,7 @@ mod tests {
     fn limit_range_defaults_fit_under_a_small_quota() {
         let objects = compile_level(IsolationLevel::Restricted, None, EgressPolicy::AllowDns);
         let lr = json(objects.limit_range.as_ref().unwrap());
-        assert_eq!(lr["metadata"]["name"], "tenantplane-limits");
+        assert_eq!(lr["metadata"]["name"], "tenantplane-limits-dev");
         assert_eq!(
             lr["spec"],
             serde_json::json!({"limits": [{

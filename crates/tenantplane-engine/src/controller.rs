@@ -39,7 +39,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decisions::{MANAGER, RecorderConfig, TenantDecision, start_recorder};
 use crate::engine::{Engine, EngineSpec, KindState};
+use crate::isolation::apply_isolation;
 use crate::metrics::{Metrics, ResultLabels};
+use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane};
 
 /// Holds the TenantCluster until its host objects are gone.
 pub const FINALIZER: &str = "tenantplane.io/cleanup";
@@ -54,6 +56,8 @@ pub enum ReconcileError {
     Finalizer(String),
     #[error("TenantCluster has no namespace")]
     NoNamespace,
+    #[error("control plane: {0}")]
+    Provision(#[from] crate::provision::ProvisionError),
 }
 
 /// What the controller is run with.
@@ -174,6 +178,26 @@ async fn reconcile(tc: Arc<TenantCluster>, ctx: Arc<Context>) -> Result<Action, 
 struct Blocker {
     reason: &'static str,
     message: String,
+    /// `Provisioning` while a control plane comes up; `Degraded` otherwise.
+    provisioning: bool,
+}
+
+impl Blocker {
+    fn new(reason: &'static str, message: String) -> Self {
+        Self {
+            reason,
+            message,
+            provisioning: false,
+        }
+    }
+}
+
+/// The `IsolationApplied` verdict.
+#[derive(Clone)]
+struct IsolationState {
+    applied: bool,
+    reason: &'static str,
+    message: String,
 }
 
 struct Resolved {
@@ -181,111 +205,167 @@ struct Resolved {
     profile: IsolationProfile,
     tenant: Client,
     endpoint: String,
+    external_endpoint: Option<String>,
     secret_version: String,
+}
+
+/// What resolving found: the isolation verdict (once the profile is known) and
+/// either everything needed to sync or what blocks it.
+struct Resolution {
+    isolation: Option<IsolationState>,
+    outcome: Result<Resolved, Blocker>,
 }
 
 async fn resolve(
     tc: &TenantCluster,
     namespace: &str,
     host: &Client,
-) -> Result<Result<Resolved, Blocker>, ReconcileError> {
+) -> Result<Resolution, ReconcileError> {
+    let blocked = |isolation: Option<IsolationState>, blocker: Blocker| Resolution {
+        isolation,
+        outcome: Err(blocker),
+    };
     let profiles: Api<IsolationProfile> = Api::all(host.clone());
     let Some(profile) = profiles
         .get_opt(&tc.spec.isolation_profile_ref.name)
         .await?
     else {
-        return Ok(Err(Blocker {
+        let message = format!(
+            "IsolationProfile {:?} does not exist: create it or change spec.isolationProfileRef",
+            tc.spec.isolation_profile_ref.name
+        );
+        let isolation = IsolationState {
+            applied: false,
             reason: "IsolationProfileNotFound",
-            message: format!(
-                "IsolationProfile {:?} does not exist: create it or change spec.isolationProfileRef",
-                tc.spec.isolation_profile_ref.name
-            ),
-        }));
+            message: message.clone(),
+        };
+        return Ok(blocked(
+            Some(isolation),
+            Blocker::new("IsolationProfileNotFound", message),
+        ));
     };
+    let isolation = match apply_isolation(host, tc, &profile).await {
+        Ok(outcome) => IsolationState {
+            applied: outcome.is_applied(),
+            reason: outcome.reason(),
+            message: outcome.summary(),
+        },
+        Err(err) => IsolationState {
+            applied: false,
+            reason: "IsolationNotApplied",
+            message: err.to_string(),
+        },
+    };
+    if !isolation.applied {
+        // No workload is synced into a namespace whose boundary is not in place.
+        let blocker = Blocker::new("IsolationNotApplied", isolation.message.clone());
+        return Ok(blocked(Some(isolation), blocker));
+    }
+    let isolation = Some(isolation);
     let policies: Api<SyncPolicy> = Api::all(host.clone());
     let Some(policy) = policies.get_opt(&tc.spec.sync_policy_ref.name).await? else {
-        return Ok(Err(Blocker {
-            reason: "SyncPolicyNotFound",
-            message: format!(
-                "SyncPolicy {:?} does not exist: create it or change spec.syncPolicyRef",
-                tc.spec.sync_policy_ref.name
-            ),
-        }));
+        let message = format!(
+            "SyncPolicy {:?} does not exist: create it or change spec.syncPolicyRef",
+            tc.spec.sync_policy_ref.name
+        );
+        return Ok(blocked(
+            isolation,
+            Blocker::new("SyncPolicyNotFound", message),
+        ));
     };
-    let Some(external) = &tc.spec.control_plane.external else {
-        return Ok(Err(Blocker {
-            reason: "ControlPlaneNotProvisioned",
-            message: "provisioning a control plane is not implemented yet: set spec.controlPlane.external".into(),
-        }));
+    let (secret_ref, endpoints) = match ensure_control_plane(host, tc).await? {
+        ControlPlaneState::External { kubeconfig_secret } => (kubeconfig_secret, None),
+        ControlPlaneState::Ready {
+            kubeconfig_secret,
+            endpoint,
+            external_endpoint,
+        } => (kubeconfig_secret, Some((endpoint, external_endpoint))),
+        ControlPlaneState::Provisioning { message } => {
+            let blocker = Blocker {
+                reason: "Provisioning",
+                message,
+                provisioning: true,
+            };
+            return Ok(blocked(isolation, blocker));
+        }
+        ControlPlaneState::Refused { reason, message } => {
+            return Ok(blocked(isolation, Blocker::new(reason, message)));
+        }
     };
-    let secret_ref = &external.kubeconfig_secret_ref;
     let secrets: Api<Secret> = Api::namespaced(host.clone(), namespace);
     let Some(secret) = secrets.get_opt(&secret_ref.name).await? else {
-        return Ok(Err(Blocker {
-            reason: "KubeconfigSecretNotFound",
-            message: format!("Secret {namespace}/{} does not exist", secret_ref.name),
-        }));
+        let message = format!("Secret {namespace}/{} does not exist", secret_ref.name);
+        return Ok(blocked(
+            isolation,
+            Blocker::new("KubeconfigSecretNotFound", message),
+        ));
     };
     let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(&secret_ref.key)) else {
-        return Ok(Err(Blocker {
-            reason: "KubeconfigKeyMissing",
-            message: format!(
-                "Secret {namespace}/{} has no key {:?}",
-                secret_ref.name, secret_ref.key
-            ),
-        }));
+        let message = format!(
+            "Secret {namespace}/{} has no key {:?}",
+            secret_ref.name, secret_ref.key
+        );
+        return Ok(blocked(
+            isolation,
+            Blocker::new("KubeconfigKeyMissing", message),
+        ));
     };
     // Never log or report the kubeconfig itself: it holds credentials.
-    let invalid = |why: String| Blocker {
-        reason: "InvalidKubeconfig",
-        message: format!(
+    let invalid = |why: String| {
+        let message = format!(
             "Secret {namespace}/{} key {:?} is not a usable kubeconfig: {why}",
             secret_ref.name, secret_ref.key
-        ),
+        );
+        blocked(
+            isolation.clone(),
+            Blocker::new("InvalidKubeconfig", message),
+        )
     };
-    let text = match std::str::from_utf8(&bytes.0) {
-        Ok(text) => text,
-        Err(_) => return Ok(Err(invalid("not UTF-8".into()))),
+    let Ok(text) = std::str::from_utf8(&bytes.0) else {
+        return Ok(invalid("not UTF-8".into()));
     };
     let kubeconfig = match Kubeconfig::from_yaml(text) {
         Ok(k) => k,
-        Err(e) => return Ok(Err(invalid(yaml_failure(&e)))),
+        Err(e) => return Ok(invalid(yaml_failure(&e))),
     };
     let config =
         match kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await
         {
             Ok(c) => c,
-            Err(e) => return Ok(Err(invalid(e.to_string()))),
+            Err(e) => return Ok(invalid(e.to_string())),
         };
-    let endpoint = config.cluster_url.to_string();
+    let cluster_url = config.cluster_url.to_string();
     let tenant = match Client::try_from(config) {
         Ok(c) => c,
-        Err(e) => return Ok(Err(invalid(e.to_string()))),
+        Err(e) => return Ok(invalid(e.to_string())),
     };
-    match tokio::time::timeout(TENANT_TIMEOUT, tenant.apiserver_version()).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            return Ok(Err(Blocker {
-                reason: "TenantUnreachable",
-                message: format!("the tenant API server at {endpoint} did not answer: {e}"),
-            }));
-        }
-        Err(_) => {
-            return Ok(Err(Blocker {
-                reason: "TenantUnreachable",
-                message: format!(
-                    "the tenant API server at {endpoint} did not answer within {TENANT_TIMEOUT:?}"
-                ),
-            }));
-        }
+    let unreachable = match tokio::time::timeout(TENANT_TIMEOUT, tenant.apiserver_version()).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(format!(
+            "the tenant API server at {cluster_url} did not answer: {e}"
+        )),
+        Err(_) => Some(format!(
+            "the tenant API server at {cluster_url} did not answer within {TENANT_TIMEOUT:?}"
+        )),
+    };
+    if let Some(message) = unreachable {
+        return Ok(blocked(
+            isolation,
+            Blocker::new("TenantUnreachable", message),
+        ));
     }
-    Ok(Ok(Resolved {
-        policy,
-        profile,
-        tenant,
-        endpoint,
-        secret_version: secret.resource_version().unwrap_or_default(),
-    }))
+    let (endpoint, external_endpoint) = endpoints.unwrap_or((cluster_url, None));
+    Ok(Resolution {
+        isolation,
+        outcome: Ok(Resolved {
+            policy,
+            profile,
+            tenant,
+            endpoint,
+            external_endpoint,
+            secret_version: secret.resource_version().unwrap_or_default(),
+        }),
+    })
 }
 
 /// Why a kubeconfig does not parse, without the parser's message: it quotes the
@@ -309,10 +389,18 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
     let name = tc.name_any();
     let host = &ctx.config.host;
     let key = (namespace.clone(), name.clone());
-    let resolved = resolve(tc, &namespace, host).await?;
+    let Resolution { isolation, outcome } = resolve(tc, &namespace, host).await?;
     let mut engines = ctx.engines.lock().await;
     let mut status = tc.status.clone().unwrap_or_default();
     let mut conditions = ConditionSet::new(&status.conditions, tc.metadata.generation);
+    if let Some(isolation) = &isolation {
+        conditions.set(
+            ConditionType::IsolationApplied,
+            isolation.applied,
+            isolation.reason,
+            &isolation.message,
+        );
+    }
     match tc.spec.mode {
         ClusterMode::Shared => conditions.set(
             ConditionType::ModeSupported,
@@ -330,7 +418,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
             ),
         ),
     }
-    let requeue = match resolved {
+    let requeue = match outcome {
         Err(blocker) => {
             // An unreachable tenant keeps its engine: its watches retry and it
             // converges as soon as the server answers again.
@@ -339,7 +427,11 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
             {
                 stop(running).await;
             }
-            status.phase = Some(TenantClusterPhase::Degraded);
+            status.phase = Some(if blocker.provisioning {
+                TenantClusterPhase::Provisioning
+            } else {
+                TenantClusterPhase::Degraded
+            });
             conditions.set(
                 ConditionType::Ready,
                 false,
@@ -412,6 +504,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
             let starting = running.is_some_and(|r| r.engine.starting());
             let was_synced = conditions.is(ConditionType::Synced, true);
             status.endpoint = running.map(|r| r.endpoint.clone());
+            status.external_endpoint = resolved.external_endpoint.clone();
             conditions.set(
                 ConditionType::Ready,
                 true,
@@ -572,6 +665,9 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
             }
         }
     }
+    // A provisioned control plane lives in its own namespace, out of reach of
+    // owner references: remove it explicitly.
+    cleanup_control_plane(host, tc).await?;
     let decisions: Api<SyncDecision> = Api::namespaced(host.clone(), &namespace);
     match decisions.delete(&name, &DeleteParams::default()).await {
         Ok(_) => {}

@@ -18,16 +18,16 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::core::NamespaceResourceScope;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tenantplane_api::{IsolationProfile, TenantCluster};
+use tenantplane_api::{IsolationProfile, PodSecurityLevel, TenantCluster};
 use tenantplane_core::compare::holds;
 use tenantplane_core::isolation::{
-    IsolationError, LIMIT_RANGE_NAME, NETWORK_POLICY_NAME, RESOURCE_QUOTA_NAME, compile_for,
+    IsolationError, compile_for, limit_range_name, network_policy_name, resource_quota_name,
 };
 use tenantplane_core::metadata::{
     COMPONENT_ISOLATION, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY_VALUE,
@@ -209,6 +209,23 @@ pub async fn apply_isolation(
         .labels
         .clone()
         .unwrap_or_default();
+    let level = namespace_pod_security(
+        host,
+        &namespace,
+        &tenant,
+        profile.spec.effective_controls().pod_security,
+    )
+    .await?;
+    let desired_labels: BTreeMap<String, String> = desired_labels
+        .into_iter()
+        .map(|(key, value)| {
+            if key.starts_with(POD_SECURITY_PREFIX) && !key.ends_with("-version") {
+                (key, level.as_str().to_owned())
+            } else {
+                (key, value)
+            }
+        })
+        .collect();
     objects.push(ObjectResult {
         kind: "Namespace",
         name: namespace.clone(),
@@ -224,7 +241,7 @@ pub async fn apply_isolation(
         converge_isolation(
             &np_api,
             "NetworkPolicy",
-            NETWORK_POLICY_NAME,
+            &network_policy_name(&tenant),
             np.as_ref(),
             &ours,
             &[],
@@ -243,7 +260,7 @@ pub async fn apply_isolation(
         converge_isolation(
             &quota_api,
             "ResourceQuota",
-            RESOURCE_QUOTA_NAME,
+            &resource_quota_name(&tenant),
             quota.as_ref(),
             &ours,
             &["/spec/hard"],
@@ -260,7 +277,7 @@ pub async fn apply_isolation(
         converge_isolation(
             &limits_api,
             "LimitRange",
-            LIMIT_RANGE_NAME,
+            &limit_range_name(&tenant),
             limits.as_ref(),
             &ours,
             &[],
@@ -293,6 +310,58 @@ impl IsolationLabels<'_> {
             && labels.get(LABEL_TENANT).map(String::as_str) == Some(self.tenant)
             && labels.get(LABEL_COMPONENT).map(String::as_str) == Some(COMPONENT_ISOLATION)
     }
+}
+
+/// How strict a Pod Security level is.
+fn strictness(level: PodSecurityLevel) -> u8 {
+    match level {
+        PodSecurityLevel::Restricted => 3,
+        PodSecurityLevel::Baseline => 2,
+        PodSecurityLevel::Privileged => 1,
+    }
+}
+
+/// The Pod Security level a namespace needs: the strictest among the profiles of
+/// every TenantCluster living there (this one's `own` included), so TenantClusters
+/// sharing a namespace never flip its labels back and forth, and a lone tenant that
+/// loosens its profile does loosen its namespace. Ones being deleted do not count.
+async fn namespace_pod_security(
+    host: &Client,
+    namespace: &str,
+    tenant: &str,
+    own: PodSecurityLevel,
+) -> Result<PodSecurityLevel, IsolationApplyError> {
+    let host_err = |verb, kind, source: kube::Error| IsolationApplyError::Host {
+        verb,
+        kind,
+        namespace: namespace.to_owned(),
+        name: String::new(),
+        source: Box::new(source),
+    };
+    let others = Api::<TenantCluster>::namespaced(host.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| host_err("list", "TenantCluster", e))?;
+    let profiles: Api<IsolationProfile> = Api::all(host.clone());
+    let mut level = own;
+    for other in others
+        .items
+        .iter()
+        .filter(|t| t.name_any() != tenant && t.metadata.deletion_timestamp.is_none())
+    {
+        let Some(profile) = profiles
+            .get_opt(&other.spec.isolation_profile_ref.name)
+            .await
+            .map_err(|e| host_err("get", "IsolationProfile", e))?
+        else {
+            continue;
+        };
+        let theirs = profile.spec.effective_controls().pod_security;
+        if strictness(theirs) > strictness(level) {
+            level = theirs;
+        }
+    }
+    Ok(level)
 }
 
 /// Patches only the Pod Security labels of the namespace, and only when they differ.

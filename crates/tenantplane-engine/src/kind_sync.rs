@@ -35,6 +35,40 @@ use crate::fairness::WriteBudget;
 use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
+/// Watch retries: quick at first and capped at a few seconds (kube's default grows
+/// to 30s), so a tenant API server that comes back is seen again promptly.
+#[derive(Debug)]
+struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    const FIRST: Duration = Duration::from_millis(200);
+    const MAX: Duration = Duration::from_secs(3);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self { next: Self::FIRST }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let current = self.next;
+        self.next = (current * 2).min(Self::MAX);
+        Some(current)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
 /// A tenant object's key: its virtual namespace and name.
 pub type Key = (String, String);
 
@@ -155,7 +189,7 @@ impl KindSyncer {
             let s = Arc::clone(&syncer);
             let stream = reflector::reflector(
                 tenant_writer,
-                watcher(tenant_api, watcher::Config::default()).default_backoff(),
+                watcher(tenant_api, watcher::Config::default()).backoff(WatchBackoff::default()),
             )
             .boxed();
             tasks.spawn(async move {
@@ -167,9 +201,11 @@ impl KindSyncer {
             let s = Arc::clone(&syncer);
             let selector = host_selector(&ctx.target.tenant, &s.group_kind);
             let config = watcher::Config::default().labels(&selector);
-            let stream =
-                reflector::reflector(host_writer, watcher(host_api, config).default_backoff())
-                    .boxed();
+            let stream = reflector::reflector(
+                host_writer,
+                watcher(host_api, config).backoff(WatchBackoff::default()),
+            )
+            .boxed();
             tasks.spawn(async move { s.watch("host", stream, Self::key_of_host, false).await });
         }
         {
@@ -802,4 +838,22 @@ fn placement_reason(
     placement: &tenantplane_core::transform::Placement,
 ) -> String {
     sync_reason(target, placement)
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::utils::Backoff;
+
+    use super::*;
+
+    #[test]
+    fn watch_retries_start_fast_cap_low_and_reset() {
+        let mut backoff = WatchBackoff::default();
+        let delays: Vec<Duration> = backoff.by_ref().take(6).collect();
+        assert_eq!(delays[0], Duration::from_millis(200));
+        assert_eq!(delays[1], Duration::from_millis(400));
+        assert_eq!(delays[5], Duration::from_secs(3));
+        backoff.reset();
+        assert_eq!(backoff.next(), Some(Duration::from_millis(200)));
+    }
 }

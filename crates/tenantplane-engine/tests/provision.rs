@@ -148,7 +148,7 @@ async fn isolation_is_applied_once_corrected_changed_and_never_clobbers_foreign_
         "the namespace is not ours"
     );
     let nps: Api<NetworkPolicy> = Api::namespaced(host.clone(), HOST_NS);
-    let np = nps.get("tenantplane-isolation").await.unwrap();
+    let np = nps.get("tenantplane-isolation-dev").await.unwrap();
     assert!(owned_by(&np.metadata, &tc));
     assert_eq!(
         json_of(&np.spec),
@@ -156,14 +156,14 @@ async fn isolation_is_applied_once_corrected_changed_and_never_clobbers_foreign_
     );
     assert_eq!(np.labels()["tenantplane.io/component"], "isolation");
     let quotas: Api<ResourceQuota> = Api::namespaced(host.clone(), HOST_NS);
-    let quota = quotas.get("tenantplane-quota").await.unwrap();
+    let quota = quotas.get("tenantplane-quota-dev").await.unwrap();
     assert!(owned_by(&quota.metadata, &tc));
     assert_eq!(
         json_of(&quota.spec.as_ref().unwrap().hard),
         json!({"limits.cpu": "2", "limits.memory": "4Gi", "requests.cpu": "2", "requests.memory": "4Gi"})
     );
     let limits: Api<LimitRange> = Api::namespaced(host.clone(), HOST_NS);
-    let lr = limits.get("tenantplane-limits").await.unwrap();
+    let lr = limits.get("tenantplane-limits-dev").await.unwrap();
     assert!(owned_by(&lr.metadata, &tc));
     assert_eq!(
         json_of(&lr.spec.as_ref().unwrap().limits[0].default),
@@ -185,7 +185,7 @@ async fn isolation_is_applied_once_corrected_changed_and_never_clobbers_foreign_
 
     // Drift: someone opens all egress; the next apply puts the policy back.
     nps.patch(
-        "tenantplane-isolation",
+        "tenantplane-isolation-dev",
         &PatchParams::default(),
         &Patch::Merge(json!({"spec": {"egress": [{}]}})),
     )
@@ -194,7 +194,7 @@ async fn isolation_is_applied_once_corrected_changed_and_never_clobbers_foreign_
     let corrected = apply_isolation(&host, &tc, &restricted).await.unwrap();
     assert_eq!(action(&corrected, "NetworkPolicy"), ObjectAction::Updated);
     assert_eq!(corrected.writes, 1, "{corrected}");
-    let np = nps.get("tenantplane-isolation").await.unwrap();
+    let np = nps.get("tenantplane-isolation-dev").await.unwrap();
     assert_eq!(
         json_of(&np.spec),
         json_of(&compiled.network_policy.as_ref().unwrap().spec)
@@ -212,7 +212,7 @@ async fn isolation_is_applied_once_corrected_changed_and_never_clobbers_foreign_
     assert_eq!(changed.writes, 3, "{changed}");
     assert!(
         limits
-            .get_opt("tenantplane-limits")
+            .get_opt("tenantplane-limits-dev")
             .await
             .unwrap()
             .is_none()
@@ -226,7 +226,7 @@ async fn isolation_is_applied_once_corrected_changed_and_never_clobbers_foreign_
         "baseline"
     );
     assert_eq!(ns.labels()["team"], "dev");
-    let quota = quotas.get("tenantplane-quota").await.unwrap();
+    let quota = quotas.get("tenantplane-quota-dev").await.unwrap();
     assert_eq!(
         json_of(&quota.spec.as_ref().unwrap().hard),
         json!({"limits.cpu": "2", "requests.cpu": "2"})
@@ -239,7 +239,7 @@ async fn isolation_is_applied_once_corrected_changed_and_never_clobbers_foreign_
     // A foreign LimitRange under our name blocks that part of the boundary and is
     // never overwritten; with no caps left, our quota is deleted.
     let foreign: LimitRange = serde_json::from_value(json!({
-        "metadata": {"name": "tenantplane-limits", "labels": {"app.kubernetes.io/managed-by": "someone-else"}},
+        "metadata": {"name": "tenantplane-limits-dev", "labels": {"app.kubernetes.io/managed-by": "someone-else"}},
         "spec": {"limits": [{"type": "Container", "default": {"cpu": "3"}}]},
     }))
     .unwrap();
@@ -258,13 +258,19 @@ async fn isolation_is_applied_once_corrected_changed_and_never_clobbers_foreign_
         "{}",
         blocked.summary()
     );
-    let lr = limits.get("tenantplane-limits").await.unwrap();
+    let lr = limits.get("tenantplane-limits-dev").await.unwrap();
     assert_eq!(
         json_of(&lr.spec.unwrap().limits[0].default),
         json!({"cpu": "3"})
     );
     assert!(lr.metadata.owner_references.is_none());
-    assert!(quotas.get_opt("tenantplane-quota").await.unwrap().is_none());
+    assert!(
+        quotas
+            .get_opt("tenantplane-quota-dev")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 fn ready_state(state: &ControlPlaneState) -> (&str, &str, Option<&str>) {
