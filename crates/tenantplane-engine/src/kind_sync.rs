@@ -607,6 +607,11 @@ impl KindSyncer {
                 Ok(())
             }
             ApplyPlan::Skip { reason } => {
+                // Nothing reaches the host, so there is no latency to observe.
+                self.seen_at
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(key);
                 self.skip_once(key, uid, &host_name, hash, reason);
                 Ok(())
             }
