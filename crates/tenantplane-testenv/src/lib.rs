@@ -18,7 +18,7 @@ mod server;
 
 pub use assets::Assets;
 pub use certs::{CertError, IssuedCert, TestCa};
-pub use metrics::{RequestCounts, parse_request_counts};
+pub use metrics::{RequestCounts, WRITE_VERBS, parse_request_counts};
 pub use server::{ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser};
 
 /// Everything that can go wrong starting or talking to the test control plane.
