@@ -320,9 +320,61 @@ struct Seen {
 async fn watch_host_copies(
     host: &Client,
 ) -> Result<(mpsc::UnboundedReceiver<Seen>, tokio::task::AbortHandle)> {
-    let api: Api<ConfigMap> = Api::namespaced(host.clone(), HOST_NS);
     let group_kind = GroupKind::from_api_version("v1", "ConfigMap")?;
-    let config = watcher::Config::default().labels(&host_selector(TENANT, &group_kind));
+    watch_configmaps(host, HOST_NS, Some(host_selector(TENANT, &group_kind))).await
+}
+
+/// Times creating `names` in `namespace` the way the sync is timed: from the first
+/// create until the benchmark's host watch has seen every object, so both sides
+/// pay for the same observing watch.
+async fn timed_baseline(
+    client: &Client,
+    namespace: &str,
+    names: &[String],
+    payload: &str,
+    workers: usize,
+) -> Result<Duration> {
+    let (mut seen_rx, watch) = watch_configmaps(client, namespace, None).await?;
+    let start = Instant::now();
+    create_all(
+        &Api::namespaced(client.clone(), namespace),
+        names,
+        payload,
+        workers,
+    )
+    .await?;
+    let deadline = Duration::from_secs(120);
+    let mut seen: HashSet<String> = HashSet::with_capacity(names.len());
+    let mut last = start;
+    while seen.len() < names.len() {
+        let remaining = deadline.saturating_sub(start.elapsed());
+        let Ok(Some(copy)) = tokio::time::timeout(remaining, seen_rx.recv()).await else {
+            bail!(
+                "the baseline watch saw only {} of {} objects",
+                seen.len(),
+                names.len()
+            );
+        };
+        if seen.insert(copy.name) {
+            last = copy.at;
+        }
+    }
+    watch.abort();
+    Ok(last.duration_since(start))
+}
+
+/// Watches ConfigMaps in `namespace` (optionally by label); returns once the
+/// initial list is done.
+async fn watch_configmaps(
+    host: &Client,
+    namespace: &str,
+    labels: Option<String>,
+) -> Result<(mpsc::UnboundedReceiver<Seen>, tokio::task::AbortHandle)> {
+    let api: Api<ConfigMap> = Api::namespaced(host.clone(), namespace);
+    let config = match &labels {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
@@ -467,8 +519,9 @@ async fn sync_benchmark(args: SyncArgs) -> Result<()> {
     )
     .await?;
     let cpu_before_baseline = watched.cpu();
-    let baseline = create_all(
-        &Api::namespaced(host_server.client().await?, BASELINE_NS),
+    let baseline = timed_baseline(
+        &host_server.client().await?,
+        BASELINE_NS,
         &names,
         &payload,
         workers,
@@ -617,8 +670,9 @@ async fn sync_benchmark(args: SyncArgs) -> Result<()> {
         "baseline again, into host namespace {BASELINE_AFTER_NS}"
     ));
     let cpu_before_baseline_after = watched.cpu();
-    let baseline_after = create_all(
-        &Api::namespaced(host_server.client().await?, BASELINE_AFTER_NS),
+    let baseline_after = timed_baseline(
+        &host_server.client().await?,
+        BASELINE_AFTER_NS,
         &names,
         &payload,
         workers,
@@ -667,7 +721,8 @@ async fn sync_benchmark(args: SyncArgs) -> Result<()> {
     writeln!(
         out,
         "a plain kube-rs client (its own connection pool) creates {n} ConfigMaps, {workers} in flight, after \
-         {} untimed warm-up creates (namespace {WARMUP_NS}); all are left in place",
+         {} untimed warm-up creates (namespace {WARMUP_NS}); timed like the sync, from the first create \
+         until a host watch of the namespace has seen every object; all are left in place",
         warmup.len()
     )?;
     writeln!(
