@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch, PatchParams,
     PostParams,
 };
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_engine::controller::{self, ControllerConfig};
@@ -451,4 +452,54 @@ pub async fn managed_names(api: &Api<DynamicObject>, tenant: &str) -> Vec<String
         .collect();
     names.sort();
     names
+}
+
+/// Creates pod `<sts>-0` from the StatefulSet's template, as the StatefulSet
+/// controller would, and reports it Ready, as the kubelet would.
+pub async fn play_statefulset_and_kubelet(host: &Client, sts: &StatefulSet) {
+    let spec = sts.spec.as_ref().unwrap();
+    let namespace = sts.namespace().unwrap();
+    let template = spec.template.clone();
+    let pods: Api<Pod> = Api::namespaced(host.clone(), &namespace);
+    let name = format!("{}-0", sts.name_any());
+    // Each volumeClaimTemplate becomes PVC `<template>-<pod>` with the template's
+    // labels plus the selector's, and a pod volume of the template's name.
+    let mut pod_spec = template.spec.unwrap();
+    for claim_template in spec.volume_claim_templates.clone().unwrap_or_default() {
+        let template_name = claim_template.name_any();
+        let claim_name = format!("{template_name}-{name}");
+        let mut claim = claim_template.clone();
+        claim.metadata.name = Some(claim_name.clone());
+        let mut labels = claim.labels().clone();
+        labels.extend(spec.selector.match_labels.clone().unwrap_or_default());
+        claim.metadata.labels = Some(labels);
+        Api::<PersistentVolumeClaim>::namespaced(host.clone(), &namespace)
+            .create(&PostParams::default(), &claim)
+            .await
+            .unwrap();
+        pod_spec.volumes.get_or_insert_with(Vec::new).push(
+            serde_json::from_value(
+                json!({"name": template_name, "persistentVolumeClaim": {"claimName": claim_name}}),
+            )
+            .unwrap(),
+        );
+    }
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: template.metadata.unwrap().labels,
+            ..ObjectMeta::default()
+        },
+        spec: Some(pod_spec),
+        status: None,
+    };
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use harness::*;
 use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -870,6 +871,97 @@ async fn decisions_are_events_on_the_tenant_cluster_without_secret_data() {
             !text.contains(encoded.as_str().unwrap()),
             "an Event holds the Secret's data (base64)"
         );
+    }
+    controller.stop().await;
+}
+
+/// The whole lifecycle of a provisioned control plane through the controller:
+/// Provisioning until the control-plane pod is Ready (the test plays the
+/// StatefulSet controller and the kubelet), then the engine is pointed at the
+/// in-cluster Service (unreachable from this test, so `TenantUnreachable` naming
+/// it); an unsupported version is refused with what to change; deletion removes the
+/// TenantCluster.
+#[tokio::test]
+async fn a_provisioned_control_plane_goes_through_its_phases() {
+    let h = Harness::start().await;
+    let controller = Controller::start(&h.host).await;
+    let tc = |name: &str, version: &str| {
+        json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "TenantCluster",
+               "metadata": {"name": name, "namespace": HOST_NS},
+               "spec": {"kubernetesVersion": version, "isolationProfileRef": {"name": "fast"},
+                        "syncPolicyRef": {"name": "default"}}})
+    };
+    create(&h.host, tc("prov", "v1.31")).await;
+    create(&h.host, tc("old", "v1.27")).await;
+    let deadline = Duration::from_secs(30);
+
+    let message = h
+        .wait_condition("prov", "Ready", "False", "Provisioning", deadline)
+        .await;
+    assert!(!message.is_empty());
+    let tcs = dynamic(
+        &h.host,
+        "tenantplane.io/v1alpha1",
+        "TenantCluster",
+        Some(HOST_NS),
+    );
+    assert_eq!(
+        tcs.get("prov").await.unwrap().data["status"]["phase"],
+        "Provisioning"
+    );
+    let (status, _, _) = h.condition("prov", "IsolationApplied").await.unwrap();
+    assert_eq!(
+        status, "True",
+        "the boundary is in place before the control plane"
+    );
+
+    let refused = h
+        .wait_condition(
+            "old",
+            "Ready",
+            "False",
+            "UnsupportedKubernetesVersion",
+            deadline,
+        )
+        .await;
+    assert!(
+        refused.contains("v1.31"),
+        "the message lists supported versions: {refused}"
+    );
+    assert!(refused.contains("spec.kubernetesVersion"), "{refused}");
+    assert_eq!(
+        tcs.get("old").await.unwrap().data["status"]["phase"],
+        "Degraded"
+    );
+
+    // Play the StatefulSet controller and the kubelet: the pod becomes Ready.
+    let statefulsets: Api<StatefulSet> = Api::namespaced(h.host.clone(), &format!("{HOST_NS}-cp"));
+    let sts = eventually("the control-plane StatefulSet", || async {
+        statefulsets.get_opt("prov-cp").await.ok().flatten()
+    })
+    .await;
+    play_statefulset_and_kubelet(&h.host, &sts).await;
+
+    // Ready: the kubeconfig Secret exists and the engine dials the in-cluster Service.
+    let unreachable = h
+        .wait_condition(
+            "prov",
+            "Ready",
+            "False",
+            "TenantUnreachable",
+            Duration::from_secs(45),
+        )
+        .await;
+    assert!(
+        unreachable.contains("prov-cp.team-dev-cp.svc"),
+        "{unreachable}"
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(h.host.clone(), HOST_NS);
+    assert!(secrets.get_opt("prov-kubeconfig").await.unwrap().is_some());
+
+    for name in ["prov", "old"] {
+        tcs.delete(name, &DeleteParams::default()).await.unwrap();
+        wait_gone(&tcs, name).await;
     }
     controller.stop().await;
 }

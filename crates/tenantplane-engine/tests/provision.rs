@@ -10,7 +10,7 @@ mod harness;
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use harness::{HOST_NS, create_namespace, eventually};
+use harness::{HOST_NS, create_namespace, eventually, play_statefulset_and_kubelet};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
     LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Secret, Service,
@@ -125,7 +125,7 @@ async fn isolation_is_applied_once_corrected_changed_and_never_clobbers_foreign_
     assert!(outcome.is_applied());
     assert_eq!(
         outcome.summary(),
-        "Pod Security restricted; NetworkPolicy tenantplane-isolation, ResourceQuota tenantplane-quota, LimitRange tenantplane-limits"
+        "Pod Security restricted; NetworkPolicy tenantplane-isolation-dev, ResourceQuota tenantplane-quota-dev, LimitRange tenantplane-limits-dev"
     );
     let ns = Api::<Namespace>::all(host.clone())
         .get(HOST_NS)
@@ -254,7 +254,9 @@ async fn isolation_is_applied_once_corrected_changed_and_never_clobbers_foreign_
     assert!(!blocked.is_applied());
     assert_eq!(blocked.reason(), "ForeignObject");
     assert!(
-        blocked.summary().contains("LimitRange tenantplane-limits"),
+        blocked
+            .summary()
+            .contains("LimitRange tenantplane-limits-dev"),
         "{}",
         blocked.summary()
     );
@@ -286,55 +288,6 @@ fn ready_state(state: &ControlPlaneState) -> (&str, &str, Option<&str>) {
         ),
         other => panic!("expected Ready, got {other:?}"),
     }
-}
-
-/// Creates pod `<sts>-0` from the StatefulSet's template, as the StatefulSet
-/// controller would, and reports it Ready, as the kubelet would.
-async fn play_statefulset_and_kubelet(host: &Client, sts: &StatefulSet) {
-    let spec = sts.spec.as_ref().unwrap();
-    let template = spec.template.clone();
-    let pods: Api<Pod> = Api::namespaced(host.clone(), CP_NS);
-    let name = format!("{}-0", sts.name_any());
-    // Each volumeClaimTemplate becomes PVC `<template>-<pod>` with the template's
-    // labels plus the selector's, and a pod volume of the template's name.
-    let mut pod_spec = template.spec.unwrap();
-    for claim_template in spec.volume_claim_templates.clone().unwrap_or_default() {
-        let template_name = claim_template.name_any();
-        let claim_name = format!("{template_name}-{name}");
-        let mut claim = claim_template.clone();
-        claim.metadata.name = Some(claim_name.clone());
-        let mut labels = claim.labels().clone();
-        labels.extend(spec.selector.match_labels.clone().unwrap_or_default());
-        claim.metadata.labels = Some(labels);
-        Api::<PersistentVolumeClaim>::namespaced(host.clone(), CP_NS)
-            .create(&PostParams::default(), &claim)
-            .await
-            .unwrap();
-        pod_spec.volumes.get_or_insert_with(Vec::new).push(
-            serde_json::from_value(
-                json!({"name": template_name, "persistentVolumeClaim": {"claimName": claim_name}}),
-            )
-            .unwrap(),
-        );
-    }
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: template.metadata.unwrap().labels,
-            ..ObjectMeta::default()
-        },
-        spec: Some(pod_spec),
-        status: None,
-    };
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    pods.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}})),
-    )
-    .await
-    .unwrap();
 }
 
 #[tokio::test]
