@@ -7,6 +7,8 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::quantity::approximate_value;
+
 /// Whether `observed` holds everything in `desired`.
 pub fn holds(observed: Option<&Value>, desired: &Value) -> bool {
     first_difference(observed, desired, &mut String::new()).is_none()
@@ -116,47 +118,13 @@ pub fn digest(value: &Value) -> String {
 /// Whether two strings are the same Kubernetes quantity written differently
 /// (`1000m` and `1`, `1Gi` and `1073741824`). Both must parse as quantities.
 pub fn same_quantity(a: &str, b: &str) -> bool {
-    match (parse_quantity(a), parse_quantity(b)) {
+    match (approximate_value(a), approximate_value(b)) {
         (Some(x), Some(y)) => {
             let scale = x.abs().max(y.abs()).max(1e-12);
             ((x - y) / scale).abs() < 1e-9
         }
         _ => false,
     }
-}
-
-fn parse_quantity(s: &str) -> Option<f64> {
-    let s = s.trim();
-    let number_end = s
-        .char_indices()
-        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || ((c == '+' || c == '-') && i == 0)))
-        .map_or(s.len(), |(i, _)| i);
-    let (number, suffix) = s.split_at(number_end);
-    if number.is_empty() || !number.bytes().any(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let base: f64 = number.parse().ok()?;
-    let multiplier = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        e if e.starts_with(['e', 'E']) => 10f64.powi(e[1..].parse::<i32>().ok()?),
-        _ => return None,
-    };
-    Some(base * multiplier)
 }
 
 #[cfg(test)]
@@ -203,6 +171,7 @@ mod tests {
         assert!(same_quantity("1Gi", "1073741824"));
         assert!(same_quantity("0.5", "500m"));
         assert!(same_quantity("1e3", "1k"));
+        assert!(same_quantity("500n", "0.5u"));
         assert!(!same_quantity("1", "2"));
         assert!(!same_quantity("abc", "abc1"));
         assert!(!same_quantity("", "0"));

@@ -6,7 +6,7 @@
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{input:?} is not a valid quantity: expected a non-negative number with an optional suffix \
-     (m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or an exponent), such as 8, 500m or 16Gi"
+     (n, u, m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or an exponent), such as 8, 500m or 16Gi"
 )]
 pub struct QuantityError {
     pub input: String,
@@ -21,7 +21,7 @@ pub fn validate_non_negative(input: &str) -> Result<(), QuantityError> {
     let rest = input.strip_prefix('+').unwrap_or(input);
     let rest = number(rest).ok_or_else(err)?;
     let valid_suffix = match rest {
-        "" | "m" | "k" | "M" | "G" | "T" | "P" | "E" => true,
+        "" | "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E" => true,
         "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => true,
         _ => match rest.strip_prefix(['e', 'E']) {
             // The exponent itself may be signed: 1e-3 is 1m.
@@ -51,6 +51,8 @@ pub fn approximate_value(input: &str) -> Option<f64> {
     };
     let scale = match suffix {
         "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
         "m" => 1e-3,
         "k" => 1e3,
         "M" => 1e6,
@@ -90,7 +92,8 @@ mod tests {
     #[test]
     fn api_server_quantities_are_accepted() {
         for ok in [
-            "8", "8000m", "0.5", ".5", "5.", "16Gi", "1Ki", "2E", "1e3", "1E-3", "+1", "0",
+            "8", "8000m", "0.5", ".5", "5.", "16Gi", "1Ki", "2E", "1e3", "1E-3", "+1", "0", "100n",
+            "5u",
         ] {
             assert_eq!(validate_non_negative(ok), Ok(()), "{ok}");
         }
