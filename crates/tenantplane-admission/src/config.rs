@@ -2,14 +2,14 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
-    WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tenantplane_core::metadata::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 
 use crate::review::VALIDATED;
-use crate::server::VALIDATE_PATH;
+use crate::server::{NAMESPACES_PATH, VALIDATE_PATH};
 
 /// The configuration object's name.
 pub const CONFIGURATION_NAME: &str = "tenantplane-validation";
@@ -91,8 +91,106 @@ pub fn webhook_configuration(
     }
 }
 
+/// The namespace admission configuration's name.
+pub const NAMESPACE_CONFIGURATION_NAME: &str = "tenantplane-namespaces";
+/// The namespace admission webhook's name.
+pub const NAMESPACE_WEBHOOK_NAME: &str = "namespaces.tenantplane.io";
+/// Seconds the API server waits for the namespace webhook: it reads Tenants and
+/// may retry its compare-and-swap on the Tenant's status under contention.
+pub const NAMESPACE_TIMEOUT_SECONDS: i32 = 10;
+
+/// The MutatingWebhookConfiguration that sends namespace CREATEs (and nothing else)
+/// to `POST /namespaces` at `client` (a Service's path is [`NAMESPACES_PATH`]).
+///
+/// `failurePolicy: Fail`, deliberately: with `Ignore`, a down or slow webhook would
+/// admit namespaces without a quota slot, owner reference or label, so the quota
+/// (the point of this webhook) would silently not hold. Failing closed is
+/// acceptable because it affects only namespace *creation*: never updates, deletes
+/// or anything inside namespaces, so `kube-system` and every existing workload,
+/// the webhook's own Deployment included, keep running and can recover. While the
+/// webhook is up, system users (`system:masters`, `system:` users) and users who
+/// own no Tenant are let through unchanged by the handler; while it is down, nobody
+/// creates namespaces until it is back. `sideEffects: NoneOnDryRun`: a real request
+/// writes a reservation into the Tenant's status; a dry run writes nothing.
+pub fn namespace_webhook_configuration(
+    client: WebhookClient,
+    ca_bundle: &[u8],
+) -> MutatingWebhookConfiguration {
+    let (service, url) = match client {
+        WebhookClient::Service {
+            namespace,
+            name,
+            port,
+        } => (
+            Some(ServiceReference {
+                namespace,
+                name,
+                path: Some(NAMESPACES_PATH.to_owned()),
+                port,
+            }),
+            None,
+        ),
+        WebhookClient::Url(url) => (None, Some(url)),
+    };
+    let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    MutatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(NAMESPACE_CONFIGURATION_NAME.to_owned()),
+            labels: Some([(LABEL_MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        webhooks: Some(vec![MutatingWebhook {
+            name: NAMESPACE_WEBHOOK_NAME.to_owned(),
+            admission_review_versions: strings(&["v1"]),
+            client_config: WebhookClientConfig {
+                ca_bundle: Some(ByteString(ca_bundle.to_vec())),
+                service,
+                url,
+            },
+            failure_policy: Some("Fail".to_owned()),
+            side_effects: "NoneOnDryRun".to_owned(),
+            timeout_seconds: Some(NAMESPACE_TIMEOUT_SECONDS),
+            match_policy: Some("Equivalent".to_owned()),
+            reinvocation_policy: Some("Never".to_owned()),
+            rules: Some(vec![RuleWithOperations {
+                api_groups: Some(strings(&[""])),
+                api_versions: Some(strings(&["v1"])),
+                operations: Some(strings(&["CREATE"])),
+                resources: Some(strings(&["namespaces"])),
+                scope: Some("Cluster".to_owned()),
+            }]),
+            // Namespace and object selectors mean nothing for a namespace that does
+            // not exist yet; system users are exempted by the handler.
+            ..MutatingWebhook::default()
+        }]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_namespace_webhook_matches_only_namespace_creation() {
+        let config = namespace_webhook_configuration(
+            WebhookClient::Service {
+                namespace: "tenantplane-system".into(),
+                name: "tenantplane-webhook".into(),
+                port: None,
+            },
+            b"PEM",
+        );
+        let value = serde_json::to_value(&config).unwrap();
+        assert_eq!(value["kind"], "MutatingWebhookConfiguration");
+        let webhook = &value["webhooks"][0];
+        assert_eq!(
+            webhook["rules"],
+            serde_json::json!([{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["namespaces"], "scope": "Cluster"}])
+        );
+        assert_eq!(webhook["failurePolicy"], "Fail");
+        assert_eq!(webhook["sideEffects"], "NoneOnDryRun");
+        assert_eq!(webhook["clientConfig"]["service"]["path"], "/namespaces");
+    }
+
     use super::*;
 
     #[test]

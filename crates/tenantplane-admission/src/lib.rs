@@ -5,13 +5,21 @@
 //! (rustls with ring) at `POST /validate`, with `GET /healthz`;
 //! [`config::webhook_configuration`] renders the ValidatingWebhookConfiguration that
 //! sends TenantClusters, IsolationProfiles and SyncPolicies (and nothing else) to it.
+//!
+//! With a client, [`server::router_with_client`] also serves `POST /namespaces`
+//! ([`namespaces`]): namespace creations by Tenant owners join their tenant, within
+//! its namespace quota (race-free), rendered by
+//! [`config::namespace_webhook_configuration`].
 
 pub mod config;
+pub mod namespaces;
 pub mod review;
 pub mod server;
 
-pub use config::{WebhookClient, webhook_configuration};
-pub use server::{router, serve, tls_config, tls_config_from_files};
+pub use config::{WebhookClient, namespace_webhook_configuration, webhook_configuration};
+pub use server::{
+    router, router_with_client, serve, serve_router, tls_config, tls_config_from_files,
+};
 
 use std::path::PathBuf;
 

@@ -1,4 +1,5 @@
-//! The HTTPS server: `POST /validate` and `GET /healthz`, over rustls (ring).
+//! The HTTPS server: `POST /validate`, `POST /namespaces` (with a client) and
+//! `GET /healthz`, over rustls (ring).
 
 use std::future::Future;
 use std::path::Path;
@@ -12,6 +13,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
+use kube::Client;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionReview;
 use rustls::ServerConfig;
@@ -23,10 +25,12 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::Error;
+use crate::namespaces;
 use crate::review;
 
 pub const VALIDATE_PATH: &str = "/validate";
 pub const HEALTHZ_PATH: &str = "/healthz";
+pub const NAMESPACES_PATH: &str = "/namespaces";
 
 /// An AdmissionReview carries the object and the old object, each up to etcd's
 /// 1.5 MiB; axum's 2 MiB default would refuse large updates.
@@ -45,6 +49,32 @@ pub fn router() -> Router {
         .route(VALIDATE_PATH, post(validate))
         .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+}
+
+/// [`router`] plus `POST /namespaces`, the namespace tenancy admission, which reads
+/// and writes Tenants through `client`.
+pub fn router_with_client(client: Client) -> Router {
+    router().route(
+        NAMESPACES_PATH,
+        post(move |body: Bytes| {
+            let client = client.clone();
+            async move { admit_namespace(&client, body).await }
+        }),
+    )
+}
+
+async fn admit_namespace(client: &Client, body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
+    let review = namespaces::review(client, &body).await;
+    if let Some(response) = &review.response {
+        tracing::info!(
+            uid = %response.uid,
+            allowed = response.allowed,
+            patched = response.patch.is_some(),
+            message = %response.result.message,
+            "namespace admission review"
+        );
+    }
+    Json(review)
 }
 
 async fn validate(body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
@@ -99,16 +129,26 @@ pub fn tls_config_from_files(cert: &Path, key: &Path) -> Result<Arc<ServerConfig
     tls_config(&read(cert)?, &read(key)?)
 }
 
-/// Serves [`router`] over TLS on `listener` until `shutdown` completes. Then it stops
-/// accepting, closes the listener, lets requests in flight finish (idle keep-alive
-/// connections close at once) and returns: afterwards nothing answers on the port.
+/// Serves [`router`] over TLS on `listener` until `shutdown` completes; see
+/// [`serve_router`].
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
+    serve_router(listener, tls, router(), shutdown).await
+}
+
+/// Serves `app` (such as [`router_with_client`]) over TLS on `listener` until `shutdown` completes. Then it stops
+/// accepting, closes the listener, lets requests in flight finish (idle keep-alive
+/// connections close at once) and returns: afterwards nothing answers on the port.
+pub async fn serve_router(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
     let acceptor = TlsAcceptor::from(tls);
-    let app = router();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);

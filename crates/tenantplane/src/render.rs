@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use tenantplane_admission::{WebhookClient, webhook_configuration};
+use tenantplane_admission::{
+    WebhookClient, namespace_webhook_configuration, webhook_configuration,
+};
 use tenantplane_api::{
     ClusterMode, ControlPlane, EgressPolicy, ExternalControlPlane, IsolationLevel,
     IsolationProfile, IsolationProfileSpec, LocalRef, ResourceLimits, SecretKeyRef, SyncPolicy,
@@ -71,6 +73,11 @@ pub enum RenderTarget {
         /// The Service port (the API server's default is 443).
         #[arg(long, requires = "service")]
         port: Option<i32>,
+        /// Render the MutatingWebhookConfiguration for namespace tenancy instead
+        /// (namespace CREATEs; a Service's path is /namespaces; serve it with
+        /// `tenantplane webhook --namespace-tenancy`).
+        #[arg(long)]
+        namespaces: bool,
         #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
         output: Format,
     },
@@ -216,6 +223,7 @@ pub fn run(target: RenderTarget) -> anyhow::Result<String> {
             url,
             service,
             port,
+            namespaces,
             output,
         } => {
             let client = match (url, service) {
@@ -246,7 +254,11 @@ pub fn run(target: RenderTarget) -> anyhow::Result<String> {
             if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
                 bail!("{} holds no PEM certificate", ca_bundle.display());
             }
-            output::render(&webhook_configuration(client, &pem), output)
+            if namespaces {
+                output::render(&namespace_webhook_configuration(client, &pem), output)
+            } else {
+                output::render(&webhook_configuration(client, &pem), output)
+            }
         }
         RenderTarget::Syncpolicy { name, output } => {
             NameRule::Dns1123Subdomain

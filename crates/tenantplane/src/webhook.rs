@@ -1,4 +1,5 @@
-//! `tenantplane webhook`: the validating admission webhook server.
+//! `tenantplane webhook`: the validating admission webhook server, and with
+//! `--namespace-tenancy` the namespace tenancy (mutating) admission too.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,6 +19,15 @@ pub struct WebhookArgs {
     /// PEM private key of the certificate.
     #[arg(long)]
     pub tls_key: PathBuf,
+    /// Also serve POST /namespaces, the namespace tenancy admission (Tenant
+    /// membership and the race-free namespace quota); it reads and writes Tenants
+    /// through the host cluster's API.
+    #[arg(long)]
+    pub namespace_tenancy: bool,
+    /// Kubeconfig of the host cluster for --namespace-tenancy (default:
+    /// KUBECONFIG, then in-cluster).
+    #[arg(long, requires = "namespace_tenancy")]
+    pub kubeconfig: Option<PathBuf>,
     /// Log lines as text or as JSON objects.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -45,8 +55,15 @@ pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
         let addr = listener
             .local_addr()
             .context("reading the listening address")?;
-        tracing::info!(listen = %addr, "tenantplane webhook serving /validate and /healthz");
-        tenantplane_admission::serve(listener, tls, shutdown).await?;
+        let app = if args.namespace_tenancy {
+            let client = crate::kube_client::connect(args.kubeconfig.as_deref()).await?;
+            tracing::info!(listen = %addr, "tenantplane webhook serving /validate, /namespaces and /healthz");
+            tenantplane_admission::router_with_client(client)
+        } else {
+            tracing::info!(listen = %addr, "tenantplane webhook serving /validate and /healthz");
+            tenantplane_admission::router()
+        };
+        tenantplane_admission::serve_router(listener, tls, app, shutdown).await?;
         tracing::info!("tenantplane webhook stopped");
         Ok(())
     })

@@ -539,4 +539,32 @@ fn render_webhookconfiguration_trusts_the_given_ca() {
     );
     assert_eq!(config, serde_json::to_value(&expected).unwrap());
     assert_eq!(config["webhooks"][0]["failurePolicy"], "Fail");
+
+    let out = tenantplane(&[
+        "render",
+        "webhookconfiguration",
+        "--namespaces",
+        "--ca-bundle",
+        ca_path,
+        "--service",
+        "tenantplane-system/tenantplane-webhook",
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let config: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let expected = tenantplane_admission::namespace_webhook_configuration(
+        tenantplane_admission::WebhookClient::Service {
+            namespace: "tenantplane-system".into(),
+            name: "tenantplane-webhook".into(),
+            port: None,
+        },
+        ca.cert_pem().as_bytes(),
+    );
+    assert_eq!(config, serde_json::to_value(&expected).unwrap());
+    assert_eq!(config["kind"], "MutatingWebhookConfiguration");
+    assert_eq!(
+        config["webhooks"][0]["clientConfig"]["service"]["path"],
+        "/namespaces"
+    );
 }
