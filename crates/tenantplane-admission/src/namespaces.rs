@@ -12,14 +12,14 @@
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{DynamicObject, Status};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tenantplane_api::Tenant;
+use tenantplane_api::{Tenant, TenantNamespaceStatus};
 use tenantplane_core::tenancy::{
-    Requester, assign_tenant, is_owner, owner_reference, reserve_slot,
+    Requester, assign_tenant, is_owner, is_tenant_owner_reference, owner_reference, reserve_slot,
 };
 
 /// The label that names a member namespace's tenant.
@@ -184,7 +184,14 @@ async fn decide(
         }
     }
 
-    let tenant = reserve(&tenants_api, &tenant_name, name, request.dry_run).await?;
+    let tenant = reserve(
+        &tenants_api,
+        &namespaces,
+        &tenant_name,
+        name,
+        request.dry_run,
+    )
+    .await?;
     let reference = owner_reference(&tenant)
         .ok_or_else(|| Refusal::internal(format!("Tenant {tenant_name} has no name or UID")))?;
     patch(object, &reference, &tenant_name).map(Some)
@@ -194,6 +201,7 @@ async fn decide(
 /// returning the Tenant as read. A dry run only checks.
 async fn reserve(
     tenants: &Api<Tenant>,
+    namespaces: &Api<Namespace>,
     tenant_name: &str,
     namespace: &str,
     dry_run: bool,
@@ -203,6 +211,20 @@ async fn reserve(
             .get(tenant_name)
             .await
             .map_err(|err| Refusal::internal(format!("cannot read Tenant {tenant_name}: {err}")))?;
+        // The members are the namespaces that really belong to the tenant now (by
+        // an owner reference with its UID, found through the label), not whatever
+        // the status last said: a reservation expires once its namespace exists,
+        // and the namespace must keep counting after that.
+        let members = members_of(namespaces, &tenant).await?;
+        let mut status = tenant.status.clone().unwrap_or_default();
+        status.namespaces = members
+            .into_iter()
+            .map(|name| TenantNamespaceStatus {
+                name,
+                conditions: Vec::new(),
+            })
+            .collect();
+        tenant.status = Some(status);
         match reserve_slot(&tenant, namespace, Timestamp::now()) {
             Err(full) => return Err(Refusal::forbidden(full.to_string())),
             Ok(None) => return Ok(tenant),
@@ -229,6 +251,31 @@ async fn reserve(
     Err(Refusal::internal(format!(
         "could not reserve a namespace slot in Tenant {tenant_name} after {MAX_ATTEMPTS} conflicting attempts: try again"
     )))
+}
+
+/// Names of the namespaces owned by `tenant`: labelled for it and carrying an owner
+/// reference whose kind, group, name and UID match.
+async fn members_of(namespaces: &Api<Namespace>, tenant: &Tenant) -> Result<Vec<String>, Refusal> {
+    let tenant_name = tenant.metadata.name.clone().unwrap_or_default();
+    let labelled = namespaces
+        .list(&ListParams::default().labels(&format!("{TENANT_LABEL}={tenant_name}")))
+        .await
+        .map_err(|err| {
+            Refusal::internal(format!(
+                "cannot list the namespaces of Tenant {tenant_name}: {err}"
+            ))
+        })?;
+    Ok(labelled
+        .items
+        .into_iter()
+        .filter(|ns| {
+            ns.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|refs| refs.iter().any(|r| is_tenant_owner_reference(r, tenant)))
+        })
+        .filter_map(|ns| ns.metadata.name)
+        .collect())
 }
 
 /// Escapes a JSON-pointer segment (RFC 6901).

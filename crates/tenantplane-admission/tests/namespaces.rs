@@ -42,12 +42,22 @@ fn api_status(result: Result<Namespace, kube::Error>, what: &str) -> kube::core:
     }
 }
 
+/// The namespaces holding a slot of `tenant`: recorded members and reservations.
 fn reserved(tenant: &Tenant) -> Vec<String> {
-    tenant
+    let mut slots: Vec<String> = tenant
         .status
         .as_ref()
-        .map(|s| s.reservations.iter().map(|r| r.namespace.clone()).collect())
-        .unwrap_or_default()
+        .map(|s| {
+            s.namespaces
+                .iter()
+                .map(|n| n.name.clone())
+                .chain(s.reservations.iter().map(|r| r.namespace.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    slots.sort();
+    slots.dedup();
+    slots
 }
 
 #[tokio::test]
@@ -253,6 +263,25 @@ async fn tenant_owners_namespaces_join_their_tenant_within_a_race_free_quota() {
     let acme_now = tenants.get("acme").await.unwrap();
     assert_eq!(reserved(&acme_now).len(), 21);
     assert!(reserved(&acme_now).contains(&admitted[0]));
+
+    // Reservations expire (or a status is lost): the namespaces that exist still
+    // count, because members are read from the namespaces themselves.
+    tenants
+        .patch_status(
+            "acme",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"status": {"reservations": null, "namespaces": null}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let status = api_status(
+        create(&alice, "acme-after-expiry").await,
+        "a 22nd namespace",
+    );
+    assert_eq!(status.code, 403, "{status:?}");
+    assert!(status.message.contains(QUOTA_MESSAGE), "{}", status.message);
 
     // Several free slots raced for at once: the admissions read the same status, so
     // all but one writer per round get 409 Conflict and retry; exactly the quota wins.
