@@ -271,7 +271,10 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
         );
         match name {
             "tenantplane-controller" => {
-                assert_eq!(container["args"], json!(["controller", "--leader-elect"]));
+                assert_eq!(
+                    container["args"],
+                    json!(["controller", "--leader-elect", "--log-format=json"])
+                );
                 assert_eq!(probes.0["path"], "/healthz");
                 assert_eq!(probes.1["path"], "/readyz");
                 assert_eq!(container["ports"][0]["containerPort"], 8080);
