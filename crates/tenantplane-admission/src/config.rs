@@ -43,23 +43,6 @@ pub fn webhook_configuration(
     client: WebhookClient,
     ca_bundle: &[u8],
 ) -> ValidatingWebhookConfiguration {
-    let (service, url) = match client {
-        WebhookClient::Service {
-            namespace,
-            name,
-            port,
-        } => (
-            Some(ServiceReference {
-                namespace,
-                name,
-                path: Some(VALIDATE_PATH.to_owned()),
-                port,
-            }),
-            None,
-        ),
-        WebhookClient::Url(url) => (None, Some(url)),
-    };
-    let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(CONFIGURATION_NAME.to_owned()),
@@ -69,11 +52,7 @@ pub fn webhook_configuration(
         webhooks: Some(vec![ValidatingWebhook {
             name: WEBHOOK_NAME.to_owned(),
             admission_review_versions: strings(&["v1"]),
-            client_config: WebhookClientConfig {
-                ca_bundle: Some(ByteString(ca_bundle.to_vec())),
-                service,
-                url,
-            },
+            client_config: client_config(client, VALIDATE_PATH, ca_bundle),
             failure_policy: Some("Fail".to_owned()),
             side_effects: "None".to_owned(),
             timeout_seconds: Some(TIMEOUT_SECONDS),
@@ -89,6 +68,35 @@ pub fn webhook_configuration(
             ..ValidatingWebhook::default()
         }]),
     }
+}
+
+/// How the API server reaches the webhook at `path`, trusting `ca_bundle`.
+fn client_config(client: WebhookClient, path: &str, ca_bundle: &[u8]) -> WebhookClientConfig {
+    let (service, url) = match client {
+        WebhookClient::Service {
+            namespace,
+            name,
+            port,
+        } => (
+            Some(ServiceReference {
+                namespace,
+                name,
+                path: Some(path.to_owned()),
+                port,
+            }),
+            None,
+        ),
+        WebhookClient::Url(url) => (None, Some(url)),
+    };
+    WebhookClientConfig {
+        ca_bundle: Some(ByteString(ca_bundle.to_vec())),
+        service,
+        url,
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
 }
 
 /// The namespace admission configuration's name.
@@ -116,23 +124,6 @@ pub fn namespace_webhook_configuration(
     client: WebhookClient,
     ca_bundle: &[u8],
 ) -> MutatingWebhookConfiguration {
-    let (service, url) = match client {
-        WebhookClient::Service {
-            namespace,
-            name,
-            port,
-        } => (
-            Some(ServiceReference {
-                namespace,
-                name,
-                path: Some(NAMESPACES_PATH.to_owned()),
-                port,
-            }),
-            None,
-        ),
-        WebhookClient::Url(url) => (None, Some(url)),
-    };
-    let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(NAMESPACE_CONFIGURATION_NAME.to_owned()),
@@ -142,11 +133,7 @@ pub fn namespace_webhook_configuration(
         webhooks: Some(vec![MutatingWebhook {
             name: NAMESPACE_WEBHOOK_NAME.to_owned(),
             admission_review_versions: strings(&["v1"]),
-            client_config: WebhookClientConfig {
-                ca_bundle: Some(ByteString(ca_bundle.to_vec())),
-                service,
-                url,
-            },
+            client_config: client_config(client, NAMESPACES_PATH, ca_bundle),
             failure_policy: Some("Fail".to_owned()),
             side_effects: "NoneOnDryRun".to_owned(),
             timeout_seconds: Some(NAMESPACE_TIMEOUT_SECONDS),

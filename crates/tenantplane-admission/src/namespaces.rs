@@ -30,18 +30,9 @@ const MAX_ATTEMPTS: usize = 20;
 /// Answers one AdmissionReview body for a namespace. Never fails or panics: a body
 /// that cannot be read is answered with a refusal that says why.
 pub async fn review(client: &Client, body: &[u8]) -> AdmissionReview<DynamicObject> {
-    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
-        Ok(review) => review,
-        Err(err) => {
-            return AdmissionResponse::invalid(format!(
-                "not an admission.k8s.io/v1 AdmissionReview: {err}"
-            ))
-            .into_review();
-        }
-    };
-    match review.try_into() {
+    match crate::review::parse(body) {
         Ok(request) => respond(client, &request).await.into_review(),
-        Err(_) => AdmissionResponse::invalid("the AdmissionReview has no request").into_review(),
+        Err(refusal) => refusal.into_review(),
     }
 }
 

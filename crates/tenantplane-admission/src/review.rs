@@ -14,21 +14,27 @@ pub const VALIDATED: [(&str, &str); 3] = [
     ("SyncPolicy", "syncpolicies"),
 ];
 
+/// Reads an AdmissionReview body into its request, or the response that refuses it
+/// and says why (never a panic or an HTTP error).
+pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Box<AdmissionResponse>> {
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|err| {
+        Box::new(AdmissionResponse::invalid(format!(
+            "not an admission.k8s.io/v1 AdmissionReview: {err}"
+        )))
+    })?;
+    review.try_into().map_err(|_| {
+        Box::new(AdmissionResponse::invalid(
+            "the AdmissionReview has no request",
+        ))
+    })
+}
+
 /// Answers one AdmissionReview body. Never fails: a body that cannot be read is
 /// answered with a refusal that says why, never with a panic or an HTTP error.
 pub fn review(body: &[u8]) -> AdmissionReview<DynamicObject> {
-    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
-        Ok(review) => review,
-        Err(err) => {
-            return AdmissionResponse::invalid(format!(
-                "not an admission.k8s.io/v1 AdmissionReview: {err}"
-            ))
-            .into_review();
-        }
-    };
-    match review.try_into() {
+    match parse(body) {
         Ok(request) => respond(&request).into_review(),
-        Err(_) => AdmissionResponse::invalid("the AdmissionReview has no request").into_review(),
+        Err(refusal) => refusal.into_review(),
     }
 }
 
