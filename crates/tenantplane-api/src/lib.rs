@@ -11,6 +11,7 @@
 
 pub mod common;
 pub mod isolation_profile;
+pub mod resource_pool;
 pub mod sync_decision;
 pub mod sync_policy;
 pub mod tenant;
@@ -23,6 +24,10 @@ pub use common::{ConditionType, LocalRef, SecretKeyRef};
 pub use isolation_profile::{
     ApiFairness, EffectiveControls, IsolationControls, IsolationLevel, IsolationProfile,
     IsolationProfileSpec, PodSecurityLevel,
+};
+pub use resource_pool::{
+    PoolAllocation, ResourceAmounts, ResourcePool, ResourcePoolClaim, ResourcePoolClaimSpec,
+    ResourcePoolClaimStatus, ResourcePoolSpec, ResourcePoolStatus,
 };
 pub use sync_decision::{
     DecisionAction, DecisionRecord, HostTarget, SyncDecision, SyncDecisionSpec, SyncDecisionStatus,
@@ -56,6 +61,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         SyncPolicy::crd(),
         SyncDecision::crd(),
         Tenant::crd(),
+        ResourcePool::crd(),
+        ResourcePoolClaim::crd(),
     ]
 }
 
@@ -94,7 +101,7 @@ mod tests {
     #[test]
     fn every_crd_is_in_the_tenantplane_group_with_a_short_name() {
         let crds = crds();
-        assert_eq!(crds.len(), 5);
+        assert_eq!(crds.len(), 7);
         for crd in &crds {
             assert_eq!(crd.spec.group, GROUP);
             assert_eq!(crd.spec.versions.len(), 1);
@@ -114,6 +121,8 @@ mod tests {
                 ("SyncPolicy", "Cluster"),
                 ("SyncDecision", "Namespaced"),
                 ("Tenant", "Cluster"),
+                ("ResourcePool", "Cluster"),
+                ("ResourcePoolClaim", "Namespaced"),
             ]
         );
     }
@@ -160,7 +169,7 @@ mod tests {
     #[test]
     fn crds_render_as_one_yaml_stream() {
         let yaml = crds_yaml().expect("render");
-        assert_eq!(yaml.matches("---\n").count(), 5);
+        assert_eq!(yaml.matches("---\n").count(), 7);
         std::fs::write(std::env::temp_dir().join("tenantplane-crds.yaml"), &yaml).ok();
     }
 }
