@@ -35,8 +35,10 @@ pub enum WebhookClient {
 /// The configuration for `client`, trusting `ca_bundle` (PEM) for its certificate.
 ///
 /// `failurePolicy: Fail` is safe here because the rules match only tenantplane's own
-/// resources: while the webhook is down, TenantClusters, IsolationProfiles and
-/// SyncPolicies cannot be created or changed, and nothing else in the cluster is
+/// resources: while the webhook is down, TenantClusters, IsolationProfiles,
+/// SyncPolicies, ResourcePools and ResourcePoolClaims cannot be created or changed
+/// (their status subresources, which the controller writes, are not matched), and
+/// nothing else in the cluster is
 /// affected (namespaces, pods and the webhook's own Deployment never pass through
 /// it), so a down webhook can never deadlock the cluster or its own recovery.
 pub fn webhook_configuration(
@@ -199,7 +201,7 @@ mod tests {
                 "apiGroups": ["tenantplane.io"],
                 "apiVersions": ["*"],
                 "operations": ["CREATE", "UPDATE"],
-                "resources": ["tenantclusters", "isolationprofiles", "syncpolicies"],
+                "resources": ["tenantclusters", "isolationprofiles", "syncpolicies", "resourcepools", "resourcepoolclaims"],
                 "scope": "*",
             }])
         );

@@ -4,14 +4,19 @@ use kube::core::DynamicObject;
 use kube::core::Status;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde::de::DeserializeOwned;
-use tenantplane_api::{IsolationProfile, SyncPolicy, TenantCluster};
+use tenantplane_api::{
+    IsolationProfile, ResourcePool, ResourcePoolClaim, SyncPolicy, TenantCluster,
+};
+use tenantplane_core::pool;
 use tenantplane_core::validation::{self, Violation, introduced};
 
 /// The kinds this webhook validates, as `(kind, resource)`.
-pub const VALIDATED: [(&str, &str); 3] = [
+pub const VALIDATED: [(&str, &str); 5] = [
     ("TenantCluster", "tenantclusters"),
     ("IsolationProfile", "isolationprofiles"),
     ("SyncPolicy", "syncpolicies"),
+    ("ResourcePool", "resourcepools"),
+    ("ResourcePoolClaim", "resourcepoolclaims"),
 ];
 
 /// Reads an AdmissionReview body into its request, or the response that refuses it
@@ -64,7 +69,7 @@ fn verdict(request: &AdmissionRequest<DynamicObject>) -> Result<(), String> {
             &gvk.group
         };
         return Err(format!(
-            "tenantplane's webhook validates only tenantplane.io TenantCluster, IsolationProfile and SyncPolicy, not {} ({group} group): limit the ValidatingWebhookConfiguration's rules to those resources",
+            "tenantplane's webhook validates only tenantplane.io TenantCluster, IsolationProfile, SyncPolicy, ResourcePool and ResourcePoolClaim, not {} ({group} group): limit the ValidatingWebhookConfiguration's rules to those resources",
             gvk.kind
         ));
     }
@@ -86,6 +91,7 @@ fn verdict(request: &AdmissionRequest<DynamicObject>) -> Result<(), String> {
             let new: TenantCluster = decode(object)?;
             violations.extend(validation::tenant_cluster_update(&old.spec, &new.spec));
         }
+        violations.extend(pool_update_violations(&gvk.kind, old, object)?);
     }
     if violations.is_empty() {
         return Ok(());
@@ -114,7 +120,33 @@ fn violations(kind: &str, object: &DynamicObject) -> Result<Vec<Violation>, Stri
             validation::isolation_profile(&decode::<IsolationProfile>(object)?.spec)
         }
         "SyncPolicy" => validation::sync_policy(&decode::<SyncPolicy>(object)?.spec),
+        "ResourcePool" => pool::pool_violations(&decode::<ResourcePool>(object)?.spec),
+        "ResourcePoolClaim" => pool::claim_violations(&decode::<ResourcePoolClaim>(object)?.spec),
         other => return Err(format!("no rules for kind {other}")),
+    })
+}
+
+/// A pool may not shrink below what it has granted; a bound claim may not change.
+/// Both read the old object's status, which the controller writes after binding.
+fn pool_update_violations(
+    kind: &str,
+    old: &DynamicObject,
+    new: &DynamicObject,
+) -> Result<Vec<Violation>, String> {
+    Ok(match kind {
+        "ResourcePool" => {
+            let old: ResourcePool = decode(old)?;
+            let new: ResourcePool = decode(new)?;
+            let granted = old.status.as_ref().map(|s| &s.allocated);
+            pool::pool_update_violations(&new.spec, granted)
+        }
+        "ResourcePoolClaim" => {
+            let old: ResourcePoolClaim = decode(old)?;
+            let new: ResourcePoolClaim = decode(new)?;
+            let bound_to = old.status.as_ref().and_then(|s| s.pool.as_deref());
+            pool::claim_update_violations(&old.spec, bound_to, &new.spec)
+        }
+        _ => Vec::new(),
     })
 }
 

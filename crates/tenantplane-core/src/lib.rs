@@ -3,6 +3,7 @@
 //! prediction and the engine's action cannot drift apart.
 
 pub mod compare;
+pub mod conditions;
 pub mod explain;
 pub mod isolation;
 pub mod kinds;

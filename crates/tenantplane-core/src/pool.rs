@@ -25,6 +25,7 @@ use tenantplane_api::{PoolAllocation, ResourceAmounts, ResourcePoolClaimSpec, Re
 use crate::quantity::{exact_nanos, format_nanos};
 use crate::selector;
 use crate::transform::is_system_namespace;
+use crate::validation::Violation;
 
 /// Name prefix of the ResourceQuota a pool puts in each of its namespaces.
 pub const POOL_QUOTA_PREFIX: &str = "tenantplane-pool-";
@@ -494,6 +495,90 @@ pub fn shrink_violations(new_hard: &ResourceAmounts, allocated: &ResourceAmounts
     problems
 }
 
+/// What is wrong with a ResourcePool's spec (the admission webhook refuses it).
+pub fn pool_violations(spec: &ResourcePoolSpec) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    let hard = spec.quota.hard.clone().unwrap_or_default();
+    if hard.is_empty() {
+        violations.push(Violation::new(
+            "spec.quota.hard",
+            "a pool must hold at least one resource",
+        ));
+    }
+    amount_violations("spec.quota.hard", &hard, &mut violations);
+    amount_violations("spec.defaults", &spec.defaults, &mut violations);
+    for resource in spec.defaults.keys().filter(|r| !hard.contains_key(*r)) {
+        violations.push(Violation::new(
+            format!("spec.defaults[{resource}]"),
+            "not in spec.quota.hard: defaults come out of the pool",
+        ));
+    }
+    if let Err(err) = selector::matches(&spec.namespace_selector, &BTreeMap::new()) {
+        violations.push(Violation::new("spec.namespaceSelector", err.to_string()));
+    }
+    violations
+}
+
+/// What an update of a pool may not do: hold less than it has granted.
+pub fn pool_update_violations(
+    new: &ResourcePoolSpec,
+    granted: Option<&ResourceAmounts>,
+) -> Vec<Violation> {
+    let hard = new.quota.hard.clone().unwrap_or_default();
+    granted
+        .map(|granted| shrink_violations(&hard, granted))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|message| Violation::new("spec.quota.hard", message))
+        .collect()
+}
+
+/// What is wrong with a claim's spec.
+pub fn claim_violations(spec: &ResourcePoolClaimSpec) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    if spec.claim.is_empty() {
+        violations.push(Violation::new("spec.claim", "claim at least one resource"));
+    }
+    amount_violations("spec.claim", &spec.claim, &mut violations);
+    violations
+}
+
+/// A bound claim (its status names a pool) cannot be changed or moved.
+pub fn claim_update_violations(
+    old: &ResourcePoolClaimSpec,
+    bound_to: Option<&str>,
+    new: &ResourcePoolClaimSpec,
+) -> Vec<Violation> {
+    let Some(pool) = bound_to else {
+        return Vec::new();
+    };
+    let mut violations = Vec::new();
+    if new.pool != old.pool {
+        violations.push(Violation::new(
+            "spec.pool",
+            format!("the claim is bound to ResourcePool {pool:?} and cannot move; delete it and claim again"),
+        ));
+    }
+    if new.claim != old.claim {
+        violations.push(Violation::new(
+            "spec.claim",
+            format!("the claim is bound to ResourcePool {pool:?} and cannot change; delete it and claim again"),
+        ));
+    }
+    violations
+}
+
+fn amount_violations(field: &str, amounts: &ResourceAmounts, out: &mut Vec<Violation>) {
+    for (resource, Quantity(q)) in amounts {
+        if exact_nanos(q).is_none() {
+            out.push(Violation::new(
+                format!("{field}[{resource}]"),
+                format!("{q:?} is not a non-negative quantity such as 8, 500m or 16Gi"),
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,6 +854,44 @@ mod tests {
             shrink_violations(&amounts(&[]), &allocated),
             ["cpu cannot leave the pool: 3 of it is granted"]
         );
+    }
+
+    #[test]
+    fn specs_and_updates_are_validated() {
+        let fields = |v: Vec<Violation>| v.into_iter().map(|v| v.field).collect::<Vec<_>>();
+        assert!(pool_violations(&pool_spec(&[("cpu", "2")], &[("cpu", "1")])).is_empty());
+        assert_eq!(
+            fields(pool_violations(&pool_spec(
+                &[("cpu", "-2")],
+                &[("gpu", "1")]
+            ))),
+            ["spec.quota.hard[cpu]", "spec.defaults[gpu]"]
+        );
+        assert_eq!(
+            fields(pool_violations(&pool_spec(&[], &[]))),
+            ["spec.quota.hard"]
+        );
+        let granted = amounts(&[("cpu", "2")]);
+        let smaller = pool_spec(&[("cpu", "1")], &[]);
+        assert_eq!(
+            fields(pool_update_violations(&smaller, Some(&granted))),
+            ["spec.quota.hard"]
+        );
+        assert!(pool_update_violations(&smaller, None).is_empty());
+
+        let old = claim_spec("p", &[("cpu", "1")]);
+        assert!(claim_violations(&old).is_empty());
+        assert_eq!(
+            fields(claim_violations(&claim_spec("p", &[]))),
+            ["spec.claim"]
+        );
+        let moved = claim_spec("q", &[("cpu", "2")]);
+        assert!(claim_update_violations(&old, None, &moved).is_empty());
+        assert_eq!(
+            fields(claim_update_violations(&old, Some("p"), &moved)),
+            ["spec.pool", "spec.claim"]
+        );
+        assert!(claim_update_violations(&old, Some("p"), &old).is_empty());
     }
 
     #[test]

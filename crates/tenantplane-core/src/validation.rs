@@ -28,7 +28,7 @@ pub struct Violation {
 }
 
 impl Violation {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             field: field.into(),
             message: message.into(),

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, Preconditions,
@@ -30,6 +30,7 @@ use tenantplane_api::{
     TenantCluster, TenantClusterPhase, TenantClusterStatus,
 };
 use tenantplane_core::compare::digest;
+use tenantplane_core::conditions::{self, Verdict};
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::provenance::reverse_lookup;
@@ -92,6 +93,12 @@ pub async fn run(config: ControllerConfig, shutdown: CancellationToken) {
         config,
         engines: Mutex::new(HashMap::new()),
     });
+    // ResourcePools are independent of TenantClusters: their own loop, same lifetime.
+    let pools = tokio::spawn(crate::pools::run(
+        host.clone(),
+        Arc::clone(&ctx.config.metrics),
+        shutdown.clone(),
+    ));
     let controller = Controller::new(tcs, watcher::Config::default());
     let store = controller.store();
     let by_policy = store.clone();
@@ -132,6 +139,8 @@ pub async fn run(config: ControllerConfig, shutdown: CancellationToken) {
     for (_, running) in engines.drain() {
         stop(running).await;
     }
+    // `shutdown` has fired, so the pool loop is ending too.
+    let _ = pools.await;
 }
 
 async fn stop(running: RunningEngine) {
@@ -693,31 +702,18 @@ impl ConditionSet {
     }
 
     fn set(&mut self, kind: ConditionType, ok: bool, reason: &str, message: &str) {
-        let status = if ok { "True" } else { "False" };
-        let now = Time(Timestamp::now());
-        match self
-            .conditions
-            .iter_mut()
-            .find(|c| c.type_ == kind.as_str())
-        {
-            Some(existing) => {
-                if existing.status != status {
-                    existing.last_transition_time = now;
-                }
-                existing.status = status.into();
-                existing.reason = reason.into();
-                existing.message = message.into();
-                existing.observed_generation = self.generation;
-            }
-            None => self.conditions.push(Condition {
-                type_: kind.as_str().into(),
-                status: status.into(),
-                reason: reason.into(),
-                message: message.into(),
-                last_transition_time: now,
-                observed_generation: self.generation,
-            }),
-        }
+        let verdict = Verdict {
+            type_: kind.as_str(),
+            ok,
+            reason,
+            message,
+        };
+        conditions::set(
+            &mut self.conditions,
+            verdict,
+            self.generation,
+            Timestamp::now(),
+        );
     }
 
     fn is(&self, kind: ConditionType, ok: bool) -> bool {

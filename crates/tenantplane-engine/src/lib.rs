@@ -10,5 +10,6 @@ pub mod isolation;
 pub mod kind_sync;
 pub mod leader;
 pub mod metrics;
+pub mod pools;
 pub mod provision;
 pub mod queue;

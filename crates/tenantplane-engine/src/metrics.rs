@@ -43,6 +43,8 @@ pub struct Metrics {
     pub sync_latency: Histogram,
     /// Full convergence passes completed, per tenant (one per kind per pass).
     pub passes: Family<TenantLabels, Counter>,
+    /// ResourcePool reconciles (all pools at once) by result.
+    pub pool_reconciles: Family<ResultLabels, Counter>,
 }
 
 impl Metrics {
@@ -55,6 +57,7 @@ impl Metrics {
             queue_depth: Family::default(),
             sync_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             passes: Family::default(),
+            pool_reconciles: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("tenantplane");
         r.register(
@@ -91,6 +94,11 @@ impl Metrics {
             "sync_passes",
             "Full convergence passes completed per tenant and kind",
             metrics.passes.clone(),
+        );
+        r.register(
+            "pool_reconciles",
+            "ResourcePool reconciles (all pools at once) by result",
+            metrics.pool_reconciles.clone(),
         );
         metrics
     }

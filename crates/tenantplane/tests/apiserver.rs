@@ -94,19 +94,30 @@ async fn server_with_crds() -> (TestEnv, ApiServer, Client) {
 async fn crds_install_and_the_samples_are_accepted() {
     let (_env, _server, client) = server_with_crds().await;
     create_namespace(&client, "team-dev").await;
+    create_namespace(&client, "team-a-batch").await;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/samples");
     let mut kinds = Vec::new();
     for file in [
         "isolationprofile-restricted.yaml",
         "syncpolicy-default.yaml",
         "tenantcluster-dev.yaml",
+        "resourcepool-team-a.yaml",
     ] {
         let yaml = std::fs::read_to_string(format!("{dir}/{file}")).expect("sample");
         for object in create_yaml_documents(&client, &yaml).await {
             kinds.push(object.types.unwrap().kind);
         }
     }
-    assert_eq!(kinds, ["IsolationProfile", "SyncPolicy", "TenantCluster"]);
+    assert_eq!(
+        kinds,
+        [
+            "IsolationProfile",
+            "SyncPolicy",
+            "TenantCluster",
+            "ResourcePool",
+            "ResourcePoolClaim"
+        ]
+    );
 
     // Typed read-back: the server's defaults and our Rust types agree.
     let tcs: Api<tenantplane_api::TenantCluster> = Api::namespaced(client.clone(), "team-dev");

@@ -210,6 +210,14 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"group": "events.k8s.io", "resource": "events", "verb": "create", "namespace": "team-dev"}),
         ),
         (
+            "write a ResourcePool's ledger",
+            json!({"group": "tenantplane.io", "resource": "resourcepools", "subresource": "status", "verb": "update"}),
+        ),
+        (
+            "resize a pool's ResourceQuota",
+            json!({"resource": "resourcequotas", "verb": "update", "namespace": "team-dev"}),
+        ),
+        (
             "hold its lease",
             json!({"group": "coordination.k8s.io", "resource": "leases", "verb": "update", "namespace": "tenantplane-system"}),
         ),
@@ -236,6 +244,10 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
         (
             "write IsolationProfiles",
             json!({"group": "tenantplane.io", "resource": "isolationprofiles", "verb": "update"}),
+        ),
+        (
+            "edit ResourcePoolClaims",
+            json!({"group": "tenantplane.io", "resource": "resourcepoolclaims", "verb": "update", "namespace": "team-dev"}),
         ),
         ("touch nodes", json!({"resource": "nodes", "verb": "list"})),
     ] {
