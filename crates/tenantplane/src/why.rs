@@ -19,8 +19,9 @@ pub struct WhyArgs {
     /// Namespace of the host object.
     #[arg(short = 'n', long)]
     pub namespace: String,
-    /// The host object, as KIND/NAME (`configmap/web-x-default-x-dev`,
-    /// `services/api-x-web-x-dev`, `widgets.example.com/gizmo-x-web-x-dev`).
+    /// The host object, as KIND/NAME: kind, plural or short name, optionally with
+    /// `.group` (`configmap/web-x-default-x-dev`, `svc/api-x-web-x-dev`,
+    /// `widgets.example.com/gizmo-x-web-x-dev`).
     pub object: String,
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -79,7 +80,7 @@ pub fn run(args: WhyArgs) -> anyhow::Result<String> {
     output::render(&answer, args.output)
 }
 
-/// Finds a namespaced resource by kind, plural or singular, optionally `.group`.
+/// Finds a namespaced resource by kind, plural, singular or short name, optionally `.group`.
 async fn find_resource(client: &Client, wanted: &str) -> anyhow::Result<ApiResource> {
     let wanted = wanted.to_ascii_lowercase();
     let (name, group) = wanted
@@ -94,14 +95,22 @@ async fn find_resource(client: &Client, wanted: &str) -> anyhow::Result<ApiResou
         if group.is_some_and(|g| g != api_group.name()) {
             continue;
         }
+        // Short names (`cm`, `tc`) are not in kube's discovery; the raw resource
+        // list of the group's preferred version has them.
+        let version = api_group.preferred_version_or_latest();
+        let short_names = short_names_of(client, api_group.name(), version).await;
         for (resource, caps) in api_group.recommended_resources() {
-            let matches = [
-                resource.kind.to_ascii_lowercase(),
-                resource.plural.clone(),
-                resource.kind.to_ascii_lowercase() + "s",
-            ]
-            .iter()
-            .any(|n| n == name);
+            let short = short_names
+                .get(&resource.plural)
+                .is_some_and(|names| names.iter().any(|s| s == name));
+            let matches = short
+                || [
+                    resource.kind.to_ascii_lowercase(),
+                    resource.plural.clone(),
+                    resource.kind.to_ascii_lowercase() + "s",
+                ]
+                .iter()
+                .any(|n| n == name);
             if matches && caps.scope == Scope::Namespaced {
                 candidates.push(resource);
             }
@@ -113,6 +122,29 @@ async fn find_resource(client: &Client, wanted: &str) -> anyhow::Result<ApiResou
         .into_iter()
         .next()
         .with_context(|| format!("the host API server serves no namespaced kind {wanted:?}"))
+}
+
+/// Plural → short names of the resources of `group`/`version`; empty when the
+/// list cannot be read (short names are a convenience, never a failure).
+async fn short_names_of(
+    client: &Client,
+    group: &str,
+    version: &str,
+) -> std::collections::HashMap<String, Vec<String>> {
+    let list = if group.is_empty() {
+        client.list_core_api_resources(version).await
+    } else {
+        client
+            .list_api_group_resources(&format!("{group}/{version}"))
+            .await
+    };
+    list.map(|list| {
+        list.resources
+            .into_iter()
+            .filter_map(|r| Some((r.name, r.short_names?)))
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 async fn answer(

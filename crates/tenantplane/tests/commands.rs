@@ -134,7 +134,7 @@ async fn why_names_the_tenant_object_and_its_decisions() {
     );
     assert_eq!(decisions[0]["reason"], "created because the tenant made it");
 
-    // A foreign object gets a plain answer, not an error.
+    // A foreign object gets a plain answer, not an error (asked by short name).
     create_configmap(&client, "team-dev", "theirs").await;
     let out = tenantplane(&[
         "why",
@@ -142,7 +142,7 @@ async fn why_names_the_tenant_object_and_its_decisions() {
         kubeconfig,
         "-n",
         "team-dev",
-        "configmaps/theirs",
+        "cm/theirs",
     ]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
