@@ -187,11 +187,16 @@ async fn run_recorder(config: RecorderConfig, mut rx: mpsc::UnboundedReceiver<De
             _ = ticker.tick() => {
                 log.flush().await;
                 if budget.take_summary_token() {
+                    // The Events recorder folds repeats into one series that keeps
+                    // its first note, so the note carries no count (it would go
+                    // stale); the exact count is the metric's.
                     let note = format!(
-                        "{} more decisions were not emitted as Events to protect the API server; \
-                         see SyncDecision {}/{}",
-                        budget.suppressed, config.namespace, config.tenant
+                        "some decisions were not emitted as Events to protect the API server \
+                         (tenantplane_decision_events_suppressed_total counts them); \
+                         every decision is in SyncDecision {}/{}",
+                        config.namespace, config.tenant
                     );
+                    config.metrics.events_suppressed.inc_by(budget.suppressed);
                     budget.suppressed = 0;
                     let event = Event { type_: EventType::Normal, reason: "DecisionsFolded".into(), note: Some(note), action: "Sync".into(), secondary: None };
                     if let Err(err) = recorder.publish(&event, &reference).await {

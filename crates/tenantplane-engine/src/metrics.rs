@@ -43,6 +43,8 @@ pub struct Metrics {
     pub sync_latency: Histogram,
     /// Full convergence passes completed, per tenant (one per kind per pass).
     pub passes: Family<TenantLabels, Counter>,
+    /// Decisions not emitted as Events (they are all in the SyncDecision).
+    pub events_suppressed: Counter,
     /// ResourcePool reconciles (all pools at once) by result.
     pub pool_reconciles: Family<ResultLabels, Counter>,
 }
@@ -58,6 +60,7 @@ impl Metrics {
             sync_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             passes: Family::default(),
             pool_reconciles: Family::default(),
+            events_suppressed: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("tenantplane");
         r.register(
@@ -94,6 +97,11 @@ impl Metrics {
             "sync_passes",
             "Full convergence passes completed per tenant and kind",
             metrics.passes.clone(),
+        );
+        r.register(
+            "decision_events_suppressed",
+            "Decisions not emitted as Events to protect the API server (all are in the SyncDecision)",
+            metrics.events_suppressed.clone(),
         );
         r.register(
             "pool_reconciles",
