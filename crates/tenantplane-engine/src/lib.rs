@@ -2,6 +2,7 @@
 //! that runs them. Everything that decides *what* to write lives in the pure
 //! `tenantplane-core`; this crate watches, queues, writes and reports.
 
+pub mod conditions;
 pub mod controller;
 pub mod decisions;
 pub mod engine;
@@ -12,3 +13,4 @@ pub mod leader;
 pub mod metrics;
 pub mod provision;
 pub mod queue;
+pub mod tenancy;

@@ -9,8 +9,15 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
+    /// Which controller: [`TENANT_CLUSTER_CONTROLLER`] or [`TENANT_CONTROLLER`].
+    pub controller: &'static str,
     pub result: &'static str,
 }
+
+/// The `controller` label of the TenantCluster controller.
+pub const TENANT_CLUSTER_CONTROLLER: &str = "tenantcluster";
+/// The `controller` label of the namespace-tenant (`Tenant`) controller.
+pub const TENANT_CONTROLLER: &str = "tenant";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
@@ -29,7 +36,7 @@ pub struct TenantLabels {
 
 /// Every metric tenantplane exports, registered once per process.
 pub struct Metrics {
-    /// TenantCluster reconciles by result.
+    /// Reconciles by controller and result.
     pub reconciles: Family<ResultLabels, Counter>,
     /// Sync decisions by action.
     pub decisions: Family<ActionLabels, Counter>,
@@ -59,7 +66,7 @@ impl Metrics {
         let r = registry.sub_registry_with_prefix("tenantplane");
         r.register(
             "reconciles",
-            "TenantCluster reconciles by result",
+            "Reconciles by controller and result",
             metrics.reconciles.clone(),
         );
         r.register(
