@@ -19,6 +19,8 @@ pub const LABEL_KIND: &str = "tenantplane.io/kind";
 pub const LABEL_COMPONENT: &str = "tenantplane.io/component";
 pub const COMPONENT_ISOLATION: &str = "isolation";
 pub const COMPONENT_CONTROL_PLANE: &str = "control-plane";
+/// Objects a namespace tenant (`Tenant`) maintains in its member namespaces.
+pub const COMPONENT_TENANT: &str = "tenant";
 /// On a tenant control-plane namespace: the host namespace whose tenants it serves.
 pub const LABEL_CONTROL_PLANE_OF: &str = "tenantplane.io/control-plane-of";
 

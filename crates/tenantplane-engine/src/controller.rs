@@ -13,8 +13,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, Preconditions,
 };
@@ -30,7 +28,6 @@ use tenantplane_api::{
     TenantCluster, TenantClusterPhase, TenantClusterStatus,
 };
 use tenantplane_core::compare::digest;
-use tenantplane_core::conditions::{self, Verdict};
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::provenance::reverse_lookup;
@@ -38,10 +35,11 @@ use tenantplane_core::transform::TenantTarget;
 use tokio::sync::{Mutex, broadcast};
 use tokio_util::sync::CancellationToken;
 
+use crate::conditions::ConditionSet;
 use crate::decisions::{MANAGER, RecorderConfig, TenantDecision, start_recorder};
 use crate::engine::{Engine, EngineSpec, KindState};
 use crate::isolation::apply_isolation;
-use crate::metrics::{Metrics, ResultLabels};
+use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER};
 use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane};
 
 /// Holds the TenantCluster until its host objects are gone.
@@ -153,7 +151,10 @@ fn error_policy(_tc: Arc<TenantCluster>, err: &ReconcileError, ctx: Arc<Context>
     ctx.config
         .metrics
         .reconciles
-        .get_or_create(&ResultLabels { result: "error" })
+        .get_or_create(&ResultLabels {
+            controller: TENANT_CLUSTER_CONTROLLER,
+            result: "error",
+        })
         .inc();
     tracing::warn!(error = %err, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
@@ -178,7 +179,10 @@ async fn reconcile(tc: Arc<TenantCluster>, ctx: Arc<Context>) -> Result<Action, 
     ctx.config
         .metrics
         .reconciles
-        .get_or_create(&ResultLabels { result: label })
+        .get_or_create(&ResultLabels {
+            controller: TENANT_CLUSTER_CONTROLLER,
+            result: label,
+        })
         .inc();
     result
 }
@@ -404,7 +408,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
     let mut conditions = ConditionSet::new(&status.conditions, tc.metadata.generation);
     if let Some(isolation) = &isolation {
         conditions.set(
-            ConditionType::IsolationApplied,
+            ConditionType::IsolationApplied.as_str(),
             isolation.applied,
             isolation.reason,
             &isolation.message,
@@ -412,13 +416,13 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
     }
     match tc.spec.mode {
         ClusterMode::Shared => conditions.set(
-            ConditionType::ModeSupported,
+            ConditionType::ModeSupported.as_str(),
             true,
             "Shared",
             "mode shared is implemented",
         ),
         other => conditions.set(
-            ConditionType::ModeSupported,
+            ConditionType::ModeSupported.as_str(),
             false,
             "ReconciledAsShared",
             &format!(
@@ -442,13 +446,13 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 TenantClusterPhase::Degraded
             });
             conditions.set(
-                ConditionType::Ready,
+                ConditionType::Ready.as_str(),
                 false,
                 blocker.reason,
                 &blocker.message,
             );
             conditions.set(
-                ConditionType::Synced,
+                ConditionType::Synced.as_str(),
                 false,
                 blocker.reason,
                 &blocker.message,
@@ -511,11 +515,11 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 (r.engine.synced(), r.engine.problems())
             });
             let starting = running.is_some_and(|r| r.engine.starting());
-            let was_synced = conditions.is(ConditionType::Synced, true);
+            let was_synced = conditions.is(ConditionType::Synced.as_str(), true);
             status.endpoint = running.map(|r| r.endpoint.clone());
             status.external_endpoint = resolved.external_endpoint.clone();
             conditions.set(
-                ConditionType::Ready,
+                ConditionType::Ready.as_str(),
                 true,
                 "TenantReachable",
                 "the tenant API server answers and its engine runs",
@@ -525,7 +529,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 // nothing new: keep the last verdict rather than flap (and write).
             } else if synced {
                 conditions.set(
-                    ConditionType::Synced,
+                    ConditionType::Synced.as_str(),
                     true,
                     "Synced",
                     "every kind of the SyncPolicy is in sync",
@@ -544,7 +548,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 } else {
                     "Syncing"
                 };
-                conditions.set(ConditionType::Synced, false, reason, &message);
+                conditions.set(ConditionType::Synced.as_str(), false, reason, &message);
                 status.phase = Some(if unavailable {
                     TenantClusterPhase::Degraded
                 } else {
@@ -685,48 +689,6 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
     }
     tracing::info!(tenant = %name, namespace = %namespace, deleted, "TenantCluster deleted; its host objects were removed");
     Ok(Action::await_change())
-}
-
-/// Conditions keyed by type, keeping `lastTransitionTime` while a status holds.
-struct ConditionSet {
-    conditions: Vec<Condition>,
-    generation: Option<i64>,
-}
-
-impl ConditionSet {
-    fn new(existing: &[Condition], generation: Option<i64>) -> Self {
-        Self {
-            conditions: existing.to_vec(),
-            generation,
-        }
-    }
-
-    fn set(&mut self, kind: ConditionType, ok: bool, reason: &str, message: &str) {
-        let verdict = Verdict {
-            type_: kind.as_str(),
-            ok,
-            reason,
-            message,
-        };
-        conditions::set(
-            &mut self.conditions,
-            verdict,
-            self.generation,
-            Timestamp::now(),
-        );
-    }
-
-    fn is(&self, kind: ConditionType, ok: bool) -> bool {
-        let status = if ok { "True" } else { "False" };
-        self.conditions
-            .iter()
-            .any(|c| c.type_ == kind.as_str() && c.status == status)
-    }
-
-    fn into_vec(mut self) -> Vec<Condition> {
-        self.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
-        self.conditions
-    }
 }
 
 #[cfg(test)]

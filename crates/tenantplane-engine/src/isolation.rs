@@ -509,15 +509,23 @@ where
         }
         (Some(desired), live) => {
             let exists = live.is_some();
+            let mut extra = None;
             if let Some(live) = live {
                 let (live, want) = (serde_json::to_value(&live)?, serde_json::to_value(desired)?);
                 if holds(Some(&live), &want) && exact_maps_hold(&live, &want, exact) {
                     return Ok(ObjectAction::Unchanged);
                 }
+                extra = extra_keys_patch(&live, &want, exact);
             }
             apply(api, name, desired, exists)
                 .await
                 .map_err(host_err(if exists { "update" } else { "create" }))?;
+            // Server-side apply keeps keys another manager added: remove them.
+            if let Some(patch) = extra {
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(host_err("update"))?;
+            }
             Ok(if exists {
                 ObjectAction::Updated
             } else {
@@ -543,6 +551,31 @@ where
     let mut params = PatchParams::apply(MANAGER);
     params.force = force;
     api.patch(name, &params, &Patch::Apply(desired)).await
+}
+
+/// A merge patch removing the keys of the maps at the `exact` JSON pointers that
+/// `desired` does not have, or `None` when there are none.
+pub(crate) fn extra_keys_patch(live: &Value, desired: &Value, exact: &[&str]) -> Option<Value> {
+    let mut patch = json!({});
+    let mut any = false;
+    for pointer in exact {
+        let want = desired.pointer(pointer).and_then(Value::as_object);
+        let Some(have) = live.pointer(pointer).and_then(Value::as_object) else {
+            continue;
+        };
+        let mut target = &mut patch;
+        for part in pointer.split('/').filter(|p| !p.is_empty()) {
+            target = &mut target[part];
+        }
+        for key in have
+            .keys()
+            .filter(|k| !want.is_some_and(|w| w.contains_key(*k)))
+        {
+            target[key.as_str()] = Value::Null;
+            any = true;
+        }
+    }
+    any.then_some(patch)
 }
 
 /// Whether every map at the JSON pointers in `exact` has no key beyond the desired
@@ -630,6 +663,17 @@ mod tests {
             "{}",
             o.summary()
         );
+    }
+
+    #[test]
+    fn extra_keys_are_removed_by_a_merge_patch() {
+        let desired = json!({"spec": {"hard": {"requests.cpu": "2"}}});
+        let extra = json!({"spec": {"hard": {"requests.cpu": "2", "secrets": "1"}}});
+        assert_eq!(
+            extra_keys_patch(&extra, &desired, &["/spec/hard"]),
+            Some(json!({"spec": {"hard": {"secrets": null}}}))
+        );
+        assert_eq!(extra_keys_patch(&desired, &desired, &["/spec/hard"]), None);
     }
 
     #[test]

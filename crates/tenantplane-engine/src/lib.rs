@@ -2,6 +2,7 @@
 //! that runs them. Everything that decides *what* to write lives in the pure
 //! `tenantplane-core`; this crate watches, queues, writes and reports.
 
+pub mod conditions;
 pub mod controller;
 pub mod decisions;
 pub mod engine;
@@ -13,3 +14,4 @@ pub mod metrics;
 pub mod pools;
 pub mod provision;
 pub mod queue;
+pub mod tenancy;

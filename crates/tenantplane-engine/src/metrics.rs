@@ -9,8 +9,19 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
+    /// Which controller: [`TENANT_CLUSTER_CONTROLLER`], [`TENANT_CONTROLLER`] or
+    /// [`POOL_CONTROLLER`].
+    pub controller: &'static str,
     pub result: &'static str,
 }
+
+/// The `controller` label of the TenantCluster controller.
+pub const TENANT_CLUSTER_CONTROLLER: &str = "tenantcluster";
+/// The `controller` label of the namespace-tenant (`Tenant`) controller.
+pub const TENANT_CONTROLLER: &str = "tenant";
+/// The `controller` label of the ResourcePool controller (one reconcile covers all
+/// pools).
+pub const POOL_CONTROLLER: &str = "resourcepool";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
@@ -29,7 +40,7 @@ pub struct TenantLabels {
 
 /// Every metric tenantplane exports, registered once per process.
 pub struct Metrics {
-    /// TenantCluster reconciles by result.
+    /// Reconciles by controller and result.
     pub reconciles: Family<ResultLabels, Counter>,
     /// Sync decisions by action.
     pub decisions: Family<ActionLabels, Counter>,
@@ -45,8 +56,6 @@ pub struct Metrics {
     pub passes: Family<TenantLabels, Counter>,
     /// Decisions not emitted as Events (they are all in the SyncDecision).
     pub events_suppressed: Counter,
-    /// ResourcePool reconciles (all pools at once) by result.
-    pub pool_reconciles: Family<ResultLabels, Counter>,
 }
 
 impl Metrics {
@@ -59,13 +68,12 @@ impl Metrics {
             queue_depth: Family::default(),
             sync_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             passes: Family::default(),
-            pool_reconciles: Family::default(),
             events_suppressed: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("tenantplane");
         r.register(
             "reconciles",
-            "TenantCluster reconciles by result",
+            "Reconciles by controller and result",
             metrics.reconciles.clone(),
         );
         r.register(
@@ -102,11 +110,6 @@ impl Metrics {
             "decision_events_suppressed",
             "Decisions not emitted as Events to protect the API server (all are in the SyncDecision)",
             metrics.events_suppressed.clone(),
-        );
-        r.register(
-            "pool_reconciles",
-            "ResourcePool reconciles (all pools at once) by result",
-            metrics.pool_reconciles.clone(),
         );
         metrics
     }

@@ -35,7 +35,7 @@ use tenantplane_core::quantity::exact_nanos;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{Metrics, ResultLabels};
+use crate::metrics::{Metrics, POOL_CONTROLLER, ResultLabels};
 
 /// Field manager of the pool controller's writes.
 const MANAGER: &str = "tenantplane-pools";
@@ -102,7 +102,10 @@ pub async fn run(host: Client, metrics: Arc<Metrics>, shutdown: CancellationToke
         () = ready => loop {
             let result = reconcile_all(&host, &stores).await;
             let label = if result.is_ok() { "ok" } else { "error" };
-            metrics.pool_reconciles.get_or_create(&ResultLabels { result: label }).inc();
+            metrics
+                .reconciles
+                .get_or_create(&ResultLabels { controller: POOL_CONTROLLER, result: label })
+                .inc();
             let pause = match result {
                 Ok(()) => RESYNC,
                 Err(err) => {

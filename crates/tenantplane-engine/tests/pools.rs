@@ -17,7 +17,7 @@ use serde_json::json;
 use tenantplane_api::{ResourcePool, ResourcePoolClaim};
 use tenantplane_core::pool::{POOL_LABEL, quota_name};
 use tenantplane_core::quantity::exact_nanos;
-use tenantplane_engine::metrics::{Metrics, ResultLabels};
+use tenantplane_engine::metrics::{Metrics, POOL_CONTROLLER, ResultLabels};
 use tenantplane_engine::pools;
 use tenantplane_testenv::{ApiServer, TestEnv};
 use tokio_util::sync::CancellationToken;
@@ -48,8 +48,11 @@ impl Running {
 
     fn reconciles(&self) -> u64 {
         self.metrics
-            .pool_reconciles
-            .get_or_create(&ResultLabels { result: "ok" })
+            .reconciles
+            .get_or_create(&ResultLabels {
+                controller: POOL_CONTROLLER,
+                result: "ok",
+            })
             .get()
     }
 

@@ -255,14 +255,17 @@ impl TestEnv {
         })
     }
 
-    /// Starts kube-controller-manager (namespace and garbage-collector controllers)
+    /// Starts kube-controller-manager (namespace, garbage-collector and ClusterRole
+    /// aggregation controllers)
     /// against `server`, for tests that need namespace deletion or owner-reference GC.
     pub fn start_controller_manager(&self, server: &ApiServer) -> Result<ControllerManager> {
         let binary = self.assets.kube_controller_manager()?;
         let args = vec![
             format!("--kubeconfig={}", server.kubeconfig_path().display()),
             "--leader-elect=false".into(),
-            "--controllers=namespace,garbagecollector".into(),
+            // clusterrole-aggregation fills the aggregated `admin`, `edit` and `view`
+            // ClusterRoles, so RoleBindings to them grant what they grant in a cluster.
+            "--controllers=namespace,garbagecollector,clusterrole-aggregation".into(),
             format!(
                 "--service-account-private-key-file={}",
                 server.dir.join("sa.key").display()

@@ -1,5 +1,6 @@
-//! `tenantplane controller`: the TenantCluster controller and its sync engines, with
-//! `/metrics`, `/healthz` and `/readyz`, and optional leader election.
+//! `tenantplane controller`: the TenantCluster controller and its sync engines and
+//! the namespace-tenant (`Tenant`) controller, side by side under one leader
+//! election, with `/metrics`, `/healthz` and `/readyz`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ use prometheus_client::registry::Registry;
 use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::leader::{LeaseConfig, run_as_leader};
 use tenantplane_engine::metrics::Metrics;
+use tenantplane_engine::tenancy::{self, TenantControllerConfig};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -125,16 +127,30 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             workers,
         }
     };
+    let make_tenant_config = {
+        let (host, metrics) = (host.clone(), Arc::clone(&metrics));
+        move || TenantControllerConfig {
+            host: host.clone(),
+            metrics: Arc::clone(&metrics),
+        }
+    };
+    // Both controllers write only while this replica leads, and stop together.
+    let run_both = move |stop: CancellationToken| {
+        let (clusters, tenants) = (make_config(), make_tenant_config());
+        async move {
+            tokio::join!(
+                controller::run(clusters, stop.clone()),
+                tenancy::run(tenants, stop)
+            );
+        }
+    };
     // Ready once connected: a standby replica is ready too, it just does not write.
     state.ready.store(true, Ordering::Relaxed);
     if args.leader_elect {
         let lease = LeaseConfig::new(&args.lease_namespace, &args.lease_name, &instance);
-        run_as_leader(host, lease, shutdown.clone(), move |lost| {
-            controller::run(make_config(), lost)
-        })
-        .await;
+        run_as_leader(host, lease, shutdown.clone(), run_both).await;
     } else {
-        controller::run(make_config(), shutdown.clone()).await;
+        run_both(shutdown.clone()).await;
     }
     shutdown.cancel();
     http.await

@@ -139,6 +139,7 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "Namespace",
             "ServiceAccount",
             "ClusterRole",
+            "ClusterRole",
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
@@ -218,6 +219,26 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"resource": "resourcequotas", "verb": "update", "namespace": "team-dev"}),
         ),
         (
+            "finalize Tenants",
+            json!({"group": "tenantplane.io", "resource": "tenants", "verb": "patch"}),
+        ),
+        (
+            "write Tenant status",
+            json!({"group": "tenantplane.io", "resource": "tenants", "subresource": "status", "verb": "update"}),
+        ),
+        (
+            "bind owners in a member namespace",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "rolebindings", "verb": "create", "namespace": "acme-dev"}),
+        ),
+        (
+            "bind admin",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "bind", "name": "admin"}),
+        ),
+        (
+            "bind the namespace deleter",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "bind", "name": "tenantplane-namespace-deleter"}),
+        ),
+        (
             "hold its lease",
             json!({"group": "coordination.k8s.io", "resource": "leases", "verb": "update", "namespace": "tenantplane-system"}),
         ),
@@ -250,6 +271,14 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"group": "tenantplane.io", "resource": "resourcepoolclaims", "verb": "update", "namespace": "team-dev"}),
         ),
         ("touch nodes", json!({"resource": "nodes", "verb": "list"})),
+        (
+            "bind cluster-admin",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "bind", "name": "cluster-admin"}),
+        ),
+        (
+            "escalate ClusterRoles",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "escalate", "name": "admin"}),
+        ),
     ] {
         assert!(
             !allowed(&client, attributes).await,

@@ -1,0 +1,776 @@
+//! What a namespace tenant (`Tenant`) maintains in each member namespace, pure.
+//!
+//! - RoleBindings: one per owner and ClusterRole (`tenantplane-owner-<hash>`) and
+//!   one per additional binding (`tenantplane-binding-<hash>`). Named by a hash of
+//!   what they bind, so reordering owners renames nothing and a RoleBinding's
+//!   immutable `roleRef` never has to change under a name.
+//! - The replicated NetworkPolicies, LimitRanges and ResourceQuotas, named by their
+//!   index (`tenantplane-networkpolicy-<i>`, ...): editing one updates it in place.
+//! - The IsolationProfile's objects, compiled by the same compiler as a
+//!   TenantCluster's boundary.
+//! - Namespace metadata: the tenant label, `additionalMetadata` (never a reserved
+//!   key) and the profile's Pod Security labels.
+//!
+//! Every object carries `app.kubernetes.io/managed-by=tenantplane`,
+//! `tenantplane.io/tenant=<tenant>` and `tenantplane.io/component=tenant`, and no
+//! owner reference: a namespaced object owned by the cluster-scoped Tenant would be
+//! deleted by the garbage collector when a Tenant of the same name is recreated.
+//! Objects are pruned explicitly instead ([`orphans`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use tenantplane_api::{IsolationProfileSpec, OwnerKind, Tenant, TenantOwner};
+
+use crate::isolation::{IsolationError, IsolationInput, compile};
+use crate::metadata::{
+    COMPONENT_TENANT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY_VALUE,
+    is_reserved_key,
+};
+
+/// Set by Kubernetes on every namespace; `additionalMetadata` must never change it.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+/// On a member namespace: the label keys tenantplane put there (comma-separated), so
+/// a key dropped from the Tenant's spec is removed again and nothing else is.
+pub const ANNOTATION_MANAGED_LABELS: &str = "tenantplane.io/managed-labels";
+/// The annotation keys tenantplane put on a member namespace.
+pub const ANNOTATION_MANAGED_ANNOTATIONS: &str = "tenantplane.io/managed-annotations";
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+
+/// Why a Tenant cannot be planned into a namespace.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TenantPlanError {
+    #[error("the Tenant has no name")]
+    NoName,
+    #[error(
+        "owner {name:?} of kind ServiceAccount must be written system:serviceaccount:NAMESPACE:NAME"
+    )]
+    ServiceAccountName { name: String },
+    #[error("the IsolationProfile does not compile for namespace {namespace}: {source}")]
+    Isolation {
+        namespace: String,
+        #[source]
+        source: IsolationError,
+    },
+}
+
+/// Every object a Tenant wants in one member namespace, keyed by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemberObjects {
+    pub role_bindings: BTreeMap<String, RoleBinding>,
+    pub network_policies: BTreeMap<String, NetworkPolicy>,
+    pub limit_ranges: BTreeMap<String, LimitRange>,
+    pub resource_quotas: BTreeMap<String, ResourceQuota>,
+}
+
+/// The metadata a Tenant wants on a member namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceMetadata {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Everything a Tenant wants in and on one member namespace.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemberPlan {
+    pub objects: MemberObjects,
+    pub metadata: NamespaceMetadata,
+}
+
+/// The labels of every object a Tenant maintains.
+pub fn child_labels(tenant: &str) -> BTreeMap<String, String> {
+    [
+        (LABEL_MANAGED_BY, MANAGED_BY_VALUE),
+        (LABEL_TENANT, tenant),
+        (LABEL_COMPONENT, COMPONENT_TENANT),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// A label selector for every object `tenant` maintains.
+pub fn child_selector(tenant: &str) -> String {
+    format!(
+        "{LABEL_MANAGED_BY}={MANAGED_BY_VALUE},{LABEL_TENANT}={tenant},{LABEL_COMPONENT}={COMPONENT_TENANT}"
+    )
+}
+
+/// Whether labels mark an object as one `tenant` maintains. Anything else, even
+/// under a name tenantplane would use, is never written or deleted.
+pub fn is_tenant_child(labels: &BTreeMap<String, String>, tenant: &str) -> bool {
+    child_labels(tenant)
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The live objects to delete: labelled as `tenant`'s and no longer wanted.
+pub fn orphans<'a>(
+    tenant: &str,
+    wanted: &BTreeSet<String>,
+    live: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
+) -> Vec<String> {
+    live.into_iter()
+        .filter(|(name, labels)| is_tenant_child(labels, tenant) && !wanted.contains(*name))
+        .map(|(name, _)| name.to_owned())
+        .collect()
+}
+
+/// The plan for `tenant` in member namespace `namespace`; `profile` is the resolved
+/// `isolationProfileRef` (`None` when the Tenant references none).
+pub fn plan_member(
+    tenant: &Tenant,
+    namespace: &str,
+    profile: Option<&IsolationProfileSpec>,
+) -> Result<MemberPlan, TenantPlanError> {
+    let name = tenant
+        .metadata
+        .name
+        .as_deref()
+        .ok_or(TenantPlanError::NoName)?;
+    let meta = |object_name: String| ObjectMeta {
+        name: Some(object_name),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(child_labels(name)),
+        ..ObjectMeta::default()
+    };
+    let mut objects = MemberObjects::default();
+    for owner in &tenant.spec.owners {
+        let subject = owner_subject(owner)?;
+        for role in &owner.cluster_roles {
+            let object_name = owner_binding_name(owner, role);
+            let binding = role_binding(meta(object_name.clone()), role, vec![subject.clone()]);
+            objects.role_bindings.insert(object_name, binding);
+        }
+    }
+    for extra in &tenant.spec.additional_role_bindings {
+        let object_name = additional_binding_name(&extra.cluster_role_name, &extra.subjects);
+        let binding = role_binding(
+            meta(object_name.clone()),
+            &extra.cluster_role_name,
+            extra.subjects.clone(),
+        );
+        objects.role_bindings.insert(object_name, binding);
+    }
+    for (i, spec) in tenant.spec.network_policies.iter().enumerate() {
+        let object_name = format!("tenantplane-networkpolicy-{i}");
+        let policy = NetworkPolicy {
+            metadata: meta(object_name.clone()),
+            spec: Some(spec.clone()),
+        };
+        objects.network_policies.insert(object_name, policy);
+    }
+    for (i, spec) in tenant.spec.limit_ranges.iter().enumerate() {
+        let object_name = format!("tenantplane-limitrange-{i}");
+        let limits = LimitRange {
+            metadata: meta(object_name.clone()),
+            spec: Some(spec.clone()),
+        };
+        objects.limit_ranges.insert(object_name, limits);
+    }
+    for (i, spec) in tenant.spec.resource_quotas.iter().enumerate() {
+        let object_name = format!("tenantplane-resourcequota-{i}");
+        let quota = ResourceQuota {
+            metadata: meta(object_name.clone()),
+            spec: Some(spec.clone()),
+            status: None,
+        };
+        objects.resource_quotas.insert(object_name, quota);
+    }
+
+    let mut labels: BTreeMap<String, String> =
+        allowed_metadata(&tenant.spec.namespace_options.additional_metadata.labels);
+    let annotations = allowed_metadata(
+        &tenant
+            .spec
+            .namespace_options
+            .additional_metadata
+            .annotations,
+    );
+    if let Some(profile) = profile {
+        let compiled = compile(&IsolationInput {
+            tenant: name,
+            host_namespace: namespace,
+            profile,
+            resources: None,
+            egress: tenantplane_api::EgressPolicy::AllowDns,
+        })
+        .map_err(|source| TenantPlanError::Isolation {
+            namespace: namespace.to_owned(),
+            source,
+        })?;
+        // The profile wins over additionalMetadata: the boundary is not negotiable.
+        labels.extend(compiled.namespace.metadata.labels.unwrap_or_default());
+        let relabel = |mut m: ObjectMeta| {
+            m.labels = Some(child_labels(name));
+            m
+        };
+        if let Some(mut np) = compiled.network_policy {
+            np.metadata = relabel(np.metadata);
+            objects
+                .network_policies
+                .insert(np.metadata.name.clone().unwrap_or_default(), np);
+        }
+        if let Some(mut lr) = compiled.limit_range {
+            lr.metadata = relabel(lr.metadata);
+            objects
+                .limit_ranges
+                .insert(lr.metadata.name.clone().unwrap_or_default(), lr);
+        }
+        if let Some(mut rq) = compiled.resource_quota {
+            rq.metadata = relabel(rq.metadata);
+            objects
+                .resource_quotas
+                .insert(rq.metadata.name.clone().unwrap_or_default(), rq);
+        }
+    }
+    let mut metadata = NamespaceMetadata {
+        labels,
+        annotations,
+    };
+    // The bookkeeping lists exactly the keys above; the tenant label is always ours.
+    metadata.annotations.insert(
+        ANNOTATION_MANAGED_LABELS.to_owned(),
+        join_keys(metadata.labels.keys()),
+    );
+    let managed_annotations = join_keys(metadata.annotations.keys());
+    metadata.annotations.insert(
+        ANNOTATION_MANAGED_ANNOTATIONS.to_owned(),
+        managed_annotations,
+    );
+    metadata
+        .labels
+        .insert(LABEL_TENANT.to_owned(), name.to_owned());
+    Ok(MemberPlan { objects, metadata })
+}
+
+/// `additionalMetadata` without the keys it may never set.
+fn allowed_metadata(wanted: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    wanted
+        .iter()
+        .filter(|(k, _)| !is_reserved_key(k) && k.as_str() != NAMESPACE_NAME_LABEL)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn join_keys<'a>(keys: impl Iterator<Item = &'a String>) -> String {
+    keys.filter(|k| !k.starts_with("tenantplane.io/managed-"))
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn split_keys(value: Option<&String>) -> BTreeSet<&str> {
+    value
+        .map(|v| v.split(',').filter(|k| !k.is_empty()).collect())
+        .unwrap_or_default()
+}
+
+/// The merge patch that brings a member namespace's metadata to `wanted`, or `None`
+/// when it already holds it. Keys tenantplane set earlier (recorded in the
+/// bookkeeping annotations) and no longer wants are removed; no other key is touched.
+pub fn namespace_metadata_patch(
+    wanted: &NamespaceMetadata,
+    live_labels: &BTreeMap<String, String>,
+    live_annotations: &BTreeMap<String, String>,
+) -> Option<Value> {
+    let labels = map_patch(
+        &wanted.labels,
+        live_labels,
+        &split_keys(live_annotations.get(ANNOTATION_MANAGED_LABELS)),
+    );
+    let annotations = map_patch(
+        &wanted.annotations,
+        live_annotations,
+        &split_keys(live_annotations.get(ANNOTATION_MANAGED_ANNOTATIONS)),
+    );
+    metadata_patch(labels, annotations)
+}
+
+fn map_patch(
+    wanted: &BTreeMap<String, String>,
+    live: &BTreeMap<String, String>,
+    previously: &BTreeSet<&str>,
+) -> Map<String, Value> {
+    let mut patch: Map<String, Value> = wanted
+        .iter()
+        .filter(|(k, v)| live.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    for key in previously {
+        if !wanted.contains_key(*key) && live.contains_key(*key) && !is_protected(key) {
+            patch.insert((*key).to_owned(), Value::Null);
+        }
+    }
+    patch
+}
+
+/// Keys a forged bookkeeping annotation must never make tenantplane remove: the
+/// namespace's name label and every reserved key but tenantplane's own here.
+fn is_protected(key: &str) -> bool {
+    let ours = [
+        LABEL_TENANT,
+        ANNOTATION_MANAGED_LABELS,
+        ANNOTATION_MANAGED_ANNOTATIONS,
+    ];
+    key == NAMESPACE_NAME_LABEL || (is_reserved_key(key) && !ours.contains(&key))
+}
+
+fn metadata_patch(labels: Map<String, Value>, annotations: Map<String, Value>) -> Option<Value> {
+    let mut metadata = Map::new();
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), Value::Object(labels));
+    }
+    if !annotations.is_empty() {
+        metadata.insert("annotations".into(), Value::Object(annotations));
+    }
+    (!metadata.is_empty()).then(|| json!({ "metadata": metadata }))
+}
+
+/// The merge patch that releases a namespace from the Tenant with UID `tenant_uid`:
+/// its owner reference and the tenant label go, as do the metadata keys tenantplane
+/// recorded putting there. `None` when the namespace holds nothing of the tenant's.
+/// The caller adds `metadata.resourceVersion`, so a concurrent change makes it fail
+/// rather than drop someone else's owner reference.
+pub fn release_patch(
+    owner_references: &[OwnerReference],
+    tenant_uid: &str,
+    live_labels: &BTreeMap<String, String>,
+    live_annotations: &BTreeMap<String, String>,
+) -> Option<Value> {
+    let remaining: Vec<&OwnerReference> = owner_references
+        .iter()
+        .filter(|r| r.uid != tenant_uid)
+        .collect();
+    let nothing = NamespaceMetadata::default();
+    let mut previously = split_keys(live_annotations.get(ANNOTATION_MANAGED_LABELS));
+    previously.insert(LABEL_TENANT);
+    let labels = map_patch(&nothing.labels, live_labels, &previously);
+    let mut previously = split_keys(live_annotations.get(ANNOTATION_MANAGED_ANNOTATIONS));
+    previously.insert(ANNOTATION_MANAGED_LABELS);
+    previously.insert(ANNOTATION_MANAGED_ANNOTATIONS);
+    let annotations = map_patch(&nothing.annotations, live_annotations, &previously);
+    let mut patch = metadata_patch(labels, annotations);
+    if remaining.len() != owner_references.len() {
+        let value = patch.get_or_insert_with(|| json!({"metadata": {}}));
+        value["metadata"]["ownerReferences"] = json!(remaining);
+    }
+    patch
+}
+
+fn role_binding(metadata: ObjectMeta, cluster_role: &str, subjects: Vec<Subject>) -> RoleBinding {
+    RoleBinding {
+        metadata,
+        role_ref: RoleRef {
+            api_group: RBAC_GROUP.to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: cluster_role.to_owned(),
+        },
+        subjects: Some(subjects),
+    }
+}
+
+/// The RBAC subject of a tenant owner.
+pub fn owner_subject(owner: &TenantOwner) -> Result<Subject, TenantPlanError> {
+    Ok(match owner.kind {
+        OwnerKind::User | OwnerKind::Group => Subject {
+            api_group: Some(RBAC_GROUP.to_owned()),
+            kind: if owner.kind == OwnerKind::User {
+                "User"
+            } else {
+                "Group"
+            }
+            .to_owned(),
+            name: owner.name.clone(),
+            namespace: None,
+        },
+        OwnerKind::ServiceAccount => {
+            let invalid = || TenantPlanError::ServiceAccountName {
+                name: owner.name.clone(),
+            };
+            let (namespace, name) = owner
+                .name
+                .strip_prefix(SERVICE_ACCOUNT_PREFIX)
+                .and_then(|rest| rest.split_once(':'))
+                .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains(':'))
+                .ok_or_else(invalid)?;
+            Subject {
+                api_group: None,
+                kind: "ServiceAccount".to_owned(),
+                name: name.to_owned(),
+                namespace: Some(namespace.to_owned()),
+            }
+        }
+    })
+}
+
+fn short_hash(parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        // Length-prefixed, so ("ab", "c") and ("a", "bc") differ.
+        hasher.update(part.len().to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hasher
+        .finalize()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `tenantplane-owner-<12 hex>`: stable for one (owner, ClusterRole).
+pub fn owner_binding_name(owner: &TenantOwner, cluster_role: &str) -> String {
+    let kind = format!("{:?}", owner.kind);
+    format!(
+        "tenantplane-owner-{}",
+        short_hash(&[&kind, &owner.name, cluster_role])
+    )
+}
+
+/// `tenantplane-binding-<12 hex>`: stable for one (ClusterRole, subjects).
+pub fn additional_binding_name(cluster_role: &str, subjects: &[Subject]) -> String {
+    let subjects: Vec<String> = subjects
+        .iter()
+        .map(|s| {
+            format!(
+                "{}/{}/{}/{}",
+                s.api_group.as_deref().unwrap_or_default(),
+                s.kind,
+                s.namespace.as_deref().unwrap_or_default(),
+                s.name
+            )
+        })
+        .collect();
+    let mut parts = vec![cluster_role];
+    parts.extend(subjects.iter().map(String::as_str));
+    format!("tenantplane-binding-{}", short_hash(&parts))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{LimitRangeItem, LimitRangeSpec};
+    use k8s_openapi::api::networking::v1::NetworkPolicySpec;
+    use tenantplane_api::{AdditionalRoleBinding, TenantSpec};
+
+    use super::*;
+
+    fn owner(kind: OwnerKind, name: &str, roles: &[&str]) -> TenantOwner {
+        TenantOwner {
+            kind,
+            name: name.into(),
+            cluster_roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+        }
+    }
+
+    fn tenant(owners: Vec<TenantOwner>) -> Tenant {
+        let spec: TenantSpec = serde_json::from_value(json!({"owners": []})).unwrap();
+        let mut t = Tenant::new("acme", TenantSpec { owners, ..spec });
+        t.metadata.uid = Some("uid-acme".into());
+        t
+    }
+
+    #[test]
+    fn owners_and_additional_bindings_become_role_bindings() {
+        let mut t = tenant(vec![
+            owner(
+                OwnerKind::User,
+                "alice",
+                &["admin", "tenantplane-namespace-deleter"],
+            ),
+            owner(
+                OwnerKind::ServiceAccount,
+                "system:serviceaccount:ci:deployer",
+                &["edit"],
+            ),
+        ]);
+        t.spec.additional_role_bindings = vec![AdditionalRoleBinding {
+            cluster_role_name: "view".into(),
+            subjects: vec![Subject {
+                api_group: Some(RBAC_GROUP.into()),
+                kind: "Group".into(),
+                name: "auditors".into(),
+                namespace: None,
+            }],
+        }];
+        let plan = plan_member(&t, "acme-dev", None).unwrap();
+        let bindings = &plan.objects.role_bindings;
+        assert_eq!(bindings.len(), 4);
+        let roles: BTreeSet<&str> = bindings
+            .values()
+            .map(|b| b.role_ref.name.as_str())
+            .collect();
+        assert_eq!(
+            roles,
+            BTreeSet::from(["admin", "edit", "tenantplane-namespace-deleter", "view"])
+        );
+        let sa = bindings
+            .values()
+            .find(|b| b.role_ref.name == "edit")
+            .unwrap();
+        let subject = &sa.subjects.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                subject.kind.as_str(),
+                subject.name.as_str(),
+                subject.namespace.as_deref()
+            ),
+            ("ServiceAccount", "deployer", Some("ci"))
+        );
+        for (name, binding) in bindings {
+            assert!(name.len() <= 63, "{name}");
+            assert_eq!(binding.metadata.namespace.as_deref(), Some("acme-dev"));
+            assert!(is_tenant_child(
+                binding.metadata.labels.as_ref().unwrap(),
+                "acme"
+            ));
+            assert!(binding.metadata.owner_references.is_none());
+        }
+        // Reordering the owners renames nothing.
+        t.spec.owners.reverse();
+        let again = plan_member(&t, "acme-dev", None).unwrap();
+        assert_eq!(again.objects.role_bindings, plan.objects.role_bindings);
+    }
+
+    #[test]
+    fn a_malformed_service_account_owner_is_refused() {
+        for name in [
+            "deployer",
+            "system:serviceaccount:ci",
+            "system:serviceaccount::x",
+            "system:serviceaccount:a:b:c",
+        ] {
+            let t = tenant(vec![owner(OwnerKind::ServiceAccount, name, &["admin"])]);
+            assert_eq!(
+                plan_member(&t, "acme-dev", None),
+                Err(TenantPlanError::ServiceAccountName { name: name.into() }),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn policies_are_replicated_by_index_and_the_profile_is_compiled() {
+        let mut t = tenant(vec![owner(OwnerKind::User, "alice", &["admin"])]);
+        t.spec.network_policies = vec![NetworkPolicySpec::default(), NetworkPolicySpec::default()];
+        t.spec.limit_ranges = vec![LimitRangeSpec {
+            limits: vec![LimitRangeItem {
+                type_: "Container".into(),
+                ..Default::default()
+            }],
+        }];
+        let profile: IsolationProfileSpec =
+            serde_json::from_value(json!({"level": "restricted"})).unwrap();
+        let plan = plan_member(&t, "acme-dev", Some(&profile)).unwrap();
+        let names: Vec<&str> = plan
+            .objects
+            .network_policies
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "tenantplane-isolation-acme",
+                "tenantplane-networkpolicy-0",
+                "tenantplane-networkpolicy-1"
+            ]
+        );
+        assert!(
+            plan.objects
+                .limit_ranges
+                .contains_key("tenantplane-limitrange-0")
+        );
+        assert!(
+            plan.objects
+                .limit_ranges
+                .contains_key("tenantplane-limits-acme")
+        );
+        let isolation = &plan.objects.network_policies["tenantplane-isolation-acme"];
+        assert!(is_tenant_child(
+            isolation.metadata.labels.as_ref().unwrap(),
+            "acme"
+        ));
+        assert_eq!(
+            plan.metadata.labels["pod-security.kubernetes.io/enforce"],
+            "restricted"
+        );
+        assert_eq!(plan.metadata.labels[LABEL_TENANT], "acme");
+    }
+
+    #[test]
+    fn additional_metadata_never_sets_reserved_keys_and_the_profile_wins() {
+        let mut t = tenant(vec![owner(OwnerKind::User, "alice", &["admin"])]);
+        let extra = &mut t.spec.namespace_options.additional_metadata;
+        for key in [
+            "tenantplane.io/tenant",
+            "app.kubernetes.io/managed-by",
+            NAMESPACE_NAME_LABEL,
+            "pod-security.kubernetes.io/enforce",
+            "team",
+        ] {
+            extra.labels.insert(key.into(), "forged".into());
+        }
+        extra
+            .annotations
+            .insert(ANNOTATION_MANAGED_LABELS.into(), "x".into());
+        extra.annotations.insert("contact".into(), "ops".into());
+        let profile: IsolationProfileSpec =
+            serde_json::from_value(json!({"level": "baseline"})).unwrap();
+        let plan = plan_member(&t, "acme-dev", Some(&profile)).unwrap();
+        let labels = &plan.metadata.labels;
+        assert_eq!(labels["tenantplane.io/tenant"], "acme");
+        assert_eq!(labels["team"], "forged");
+        assert_eq!(labels["pod-security.kubernetes.io/enforce"], "baseline");
+        assert!(!labels.contains_key("app.kubernetes.io/managed-by"));
+        assert!(!labels.contains_key(NAMESPACE_NAME_LABEL));
+        assert_eq!(plan.metadata.annotations["contact"], "ops");
+        assert!(
+            !plan.metadata.annotations[ANNOTATION_MANAGED_LABELS].contains("tenantplane.io/tenant")
+        );
+        assert!(plan.metadata.annotations[ANNOTATION_MANAGED_LABELS].contains("team"));
+    }
+
+    #[test]
+    fn the_metadata_patch_adds_updates_removes_ours_only_and_then_is_none() {
+        let mut t = tenant(vec![owner(OwnerKind::User, "alice", &["admin"])]);
+        t.spec
+            .namespace_options
+            .additional_metadata
+            .labels
+            .insert("team".into(), "a".into());
+        let plan = plan_member(&t, "acme-dev", None).unwrap();
+        let mut labels = BTreeMap::from([
+            (NAMESPACE_NAME_LABEL.to_owned(), "acme-dev".to_owned()),
+            ("mine".to_owned(), "x".to_owned()),
+        ]);
+        let mut annotations = BTreeMap::new();
+        let patch = namespace_metadata_patch(&plan.metadata, &labels, &annotations).unwrap();
+        assert_eq!(patch["metadata"]["labels"]["team"], "a");
+        assert_eq!(patch["metadata"]["labels"]["tenantplane.io/tenant"], "acme");
+        apply(&patch, &mut labels, &mut annotations);
+        assert_eq!(
+            namespace_metadata_patch(&plan.metadata, &labels, &annotations),
+            None
+        );
+        // The key leaves the spec: it is removed, the user's `mine` stays.
+        t.spec.namespace_options.additional_metadata.labels.clear();
+        let plan = plan_member(&t, "acme-dev", None).unwrap();
+        let patch = namespace_metadata_patch(&plan.metadata, &labels, &annotations).unwrap();
+        assert_eq!(patch["metadata"]["labels"]["team"], Value::Null);
+        assert!(patch["metadata"]["labels"].get("mine").is_none());
+        apply(&patch, &mut labels, &mut annotations);
+        assert_eq!(
+            namespace_metadata_patch(&plan.metadata, &labels, &annotations),
+            None
+        );
+        assert_eq!(labels["mine"], "x");
+    }
+
+    #[test]
+    fn a_forged_bookkeeping_annotation_cannot_remove_protected_keys() {
+        let t = tenant(vec![owner(OwnerKind::User, "alice", &["admin"])]);
+        let plan = plan_member(&t, "acme-dev", None).unwrap();
+        let labels = BTreeMap::from([
+            (NAMESPACE_NAME_LABEL.to_owned(), "acme-dev".to_owned()),
+            ("tenantplane.io/other".to_owned(), "x".to_owned()),
+        ]);
+        let annotations = BTreeMap::from([(
+            ANNOTATION_MANAGED_LABELS.to_owned(),
+            format!("{NAMESPACE_NAME_LABEL},tenantplane.io/other"),
+        )]);
+        let patch = namespace_metadata_patch(&plan.metadata, &labels, &annotations).unwrap();
+        assert!(
+            patch["metadata"]["labels"]
+                .get(NAMESPACE_NAME_LABEL)
+                .is_none()
+        );
+        assert!(
+            patch["metadata"]["labels"]
+                .get("tenantplane.io/other")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn releasing_drops_our_owner_reference_label_and_keys() {
+        let t = tenant(vec![owner(OwnerKind::User, "alice", &["admin"])]);
+        let ours = crate::tenancy::owner_reference(&t).unwrap();
+        let theirs = OwnerReference {
+            uid: "other".into(),
+            name: "keep".into(),
+            kind: "ConfigMap".into(),
+            api_version: "v1".into(),
+            ..Default::default()
+        };
+        let labels = BTreeMap::from([
+            (LABEL_TENANT.to_owned(), "acme".to_owned()),
+            ("team".to_owned(), "a".to_owned()),
+            ("mine".to_owned(), "x".to_owned()),
+        ]);
+        let annotations = BTreeMap::from([
+            (ANNOTATION_MANAGED_LABELS.to_owned(), "team".to_owned()),
+            (ANNOTATION_MANAGED_ANNOTATIONS.to_owned(), String::new()),
+        ]);
+        let patch =
+            release_patch(&[ours, theirs.clone()], "uid-acme", &labels, &annotations).unwrap();
+        let metadata = &patch["metadata"];
+        assert_eq!(metadata["ownerReferences"], json!([theirs]));
+        assert_eq!(metadata["labels"][LABEL_TENANT], Value::Null);
+        assert_eq!(metadata["labels"]["team"], Value::Null);
+        assert!(metadata["labels"].get("mine").is_none());
+        assert_eq!(
+            metadata["annotations"][ANNOTATION_MANAGED_LABELS],
+            Value::Null
+        );
+        assert_eq!(
+            release_patch(&[], "uid-acme", &BTreeMap::new(), &BTreeMap::new()),
+            None
+        );
+    }
+
+    #[test]
+    fn only_this_tenants_labelled_objects_are_orphans() {
+        let ours = child_labels("acme");
+        let other = child_labels("other");
+        let mut unlabelled = ours.clone();
+        unlabelled.remove(LABEL_MANAGED_BY);
+        let wanted = BTreeSet::from(["keep".to_owned()]);
+        let live = [
+            ("keep", &ours),
+            ("stale", &ours),
+            ("theirs", &other),
+            ("foreign", &unlabelled),
+        ];
+        assert_eq!(orphans("acme", &wanted, live), ["stale"]);
+    }
+
+    /// Applies a merge patch of `metadata.labels`/`annotations` to the maps.
+    fn apply(
+        patch: &Value,
+        labels: &mut BTreeMap<String, String>,
+        annotations: &mut BTreeMap<String, String>,
+    ) {
+        for (field, map) in [("labels", labels), ("annotations", annotations)] {
+            if let Some(Value::Object(changes)) = patch["metadata"].get(field) {
+                for (k, v) in changes {
+                    match v {
+                        Value::String(s) => {
+                            map.insert(k.clone(), s.clone());
+                        }
+                        _ => {
+                            map.remove(k);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
