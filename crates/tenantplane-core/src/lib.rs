@@ -13,6 +13,7 @@ pub mod plan;
 pub mod provenance;
 pub mod quantity;
 pub mod tenancy;
+pub mod tenant_admission;
 pub mod transform;
 pub mod validation;
 pub mod versions;
