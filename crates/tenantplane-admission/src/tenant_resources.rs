@@ -158,6 +158,12 @@ fn pod(tenant: &Tenant, object: &Value) -> Result<Vec<Value>, Refusal> {
         "/spec/priorityClassName",
         &mut ops,
     )?;
+    // The Priority admission plugin already set `priority` from no class; it runs
+    // again after this webhook's change and refuses a value it did not compute from
+    // the injected class, so the value goes and the plugin recomputes it.
+    if !ops.is_empty() && object.pointer("/spec/priority").is_some() {
+        ops.push(json!({"op": "remove", "path": "/spec/priority"}));
+    }
     class_at(
         tenant,
         ClassKind::Runtime,
@@ -238,9 +244,10 @@ mod tests {
 
     #[test]
     fn pods_get_defaults_and_the_node_selector() {
-        let bare = json!({"spec": {"containers": []}});
+        let bare = json!({"spec": {"containers": [], "priority": 0}});
         let out = patched(bare.clone(), pod(&tenant(), &bare).unwrap());
         assert_eq!(out["spec"]["priorityClassName"], "low");
+        assert!(out["spec"].get("priority").is_none());
         assert_eq!(out["spec"]["runtimeClassName"], "gvisor");
         assert_eq!(out["spec"]["nodeSelector"], json!({"pool/name": "acme"}));
 
