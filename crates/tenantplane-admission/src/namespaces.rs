@@ -156,8 +156,7 @@ async fn create(
         // An admin may create a namespace straight into a tenant, but not past its quota.
         return match member_of(object, &tenants) {
             Some(tenant) if !exists(&namespaces, name).await? => {
-                reserve(client, &tenant, name, request.dry_run).await?;
-                Ok(None)
+                join(client, object, &tenant, name, request.dry_run).await
             }
             _ => Ok(None),
         };
@@ -184,10 +183,22 @@ async fn create(
     if exists(&namespaces, name).await? {
         return Ok(None);
     }
-    let tenant = reserve(client, &tenant_name, name, request.dry_run).await?;
+    join(client, object, &tenant_name, name, request.dry_run).await
+}
+
+/// Takes a slot in `tenant_name` for the namespace `name` and returns the patch
+/// that makes `object` its member (owner reference and label, whichever is missing).
+async fn join(
+    client: &Client,
+    object: &DynamicObject,
+    tenant_name: &str,
+    name: &str,
+    dry_run: bool,
+) -> Result<Option<Value>, Refusal> {
+    let tenant = reserve(client, tenant_name, name, dry_run).await?;
     let reference = owner_reference(&tenant)
         .ok_or_else(|| Refusal::internal(format!("Tenant {tenant_name} has no name or UID")))?;
-    patch(object, &reference, &tenant_name).map(Some)
+    patch(object, &reference, tenant_name).map(Some)
 }
 
 async fn exists(namespaces: &Api<Namespace>, name: &str) -> Result<bool, Refusal> {
@@ -203,8 +214,9 @@ async fn exists(namespaces: &Api<Namespace>, name: &str) -> Result<bool, Refusal
 }
 
 /// A namespace UPDATE, through PUT, any patch, `status` or `finalize`: non-admins
-/// may not change its tenant identity at all; an admin who moves it into a tenant
-/// (adoption) takes a quota slot there, so an update never exceeds the quota.
+/// may not change its tenant identity or owners at all; an admin who moves it into
+/// a tenant (adoption) takes a quota slot there, so an update never exceeds the
+/// quota, and the tenant label is set to match.
 async fn update(
     client: &Client,
     admin: bool,
@@ -223,8 +235,7 @@ async fn update(
     let tenants = list_tenants(client).await?;
     match member_of(new, &tenants) {
         Some(joined) if member_of(old, &tenants).as_ref() != Some(&joined) => {
-            reserve(client, &joined, &request.name, request.dry_run).await?;
-            Ok(None)
+            join(client, new, &joined, &request.name, request.dry_run).await
         }
         _ => Ok(None),
     }

@@ -161,7 +161,8 @@ fn pod(tenant: &Tenant, object: &Value) -> Result<Vec<Value>, Refusal> {
     // The Priority admission plugin already set `priority` from no class; it runs
     // again after this webhook's change and refuses a value it did not compute from
     // the injected class, so the value goes and the plugin recomputes it.
-    if !ops.is_empty() && object.pointer("/spec/priority").is_some() {
+    let injected_priority = !ops.is_empty();
+    if injected_priority && object.pointer("/spec/priority").is_some() {
         ops.push(json!({"op": "remove", "path": "/spec/priority"}));
     }
     class_at(

@@ -374,6 +374,9 @@ async fn hijacks_through_every_update_path_are_refused(cluster: &Cluster) {
         out
     };
     let evil_ref = tenant_reference(&cluster.evil);
+    let evil_1 = all.get("evil-1").await.unwrap();
+    let owned_by_evil_1 = json!({"apiVersion": "v1", "kind": "Namespace",
+        "name": "evil-1", "uid": evil_1.metadata.uid});
     let mut forged = evil_ref.clone();
     forged["uid"] = json!("00000000-0000-0000-0000-000000000000");
     let apply = json!({"apiVersion": "v1", "kind": "Namespace",
@@ -394,6 +397,14 @@ async fn hijacks_through_every_update_path_are_refused(cluster: &Cluster) {
             ONLY_ADMIN_REFS,
         ),
         ("kube-system", Via::Apply, apply, ONLY_ADMIN_REFS),
+        // kube-system owned by mallory's namespace: deleting evil-1 would make the
+        // garbage collector delete kube-system.
+        (
+            "kube-system",
+            Via::Merge,
+            json!({"metadata": {"ownerReferences": [owned_by_evil_1]}}),
+            "only an admin may change a namespace's owner references",
+        ),
         // A forged label alone, on kube-public.
         (
             "kube-public",
@@ -552,7 +563,16 @@ async fn admin_adoptions_respect_the_quota(cluster: &Cluster) {
         BY_NAMESPACES,
         "Tenant full may have at most 1 namespaces",
     );
-    // acme has room: the adoption is admitted and takes a slot.
+    // An admin's namespace created with only acme's owner reference is labelled for
+    // acme and takes a slot (acme: acme-1, then this one).
+    let created = create_namespace(
+        &cluster.platform,
+        json!({"metadata": {"name": "by-admin", "ownerReferences": [tenant_reference(&cluster.acme)]}}),
+    )
+    .await
+    .expect("an admin's namespace in a tenant with room");
+    assert_eq!(identity(&created).1.as_deref(), Some("acme"));
+    // acme has room for one more: the adoption is admitted and takes a slot.
     let adopted = namespaces
         .patch(
             "loose",
@@ -574,6 +594,12 @@ async fn admin_adoptions_respect_the_quota(cluster: &Cluster) {
         .map(|r| r.namespace)
         .collect();
     assert!(reserved.contains(&"loose".to_owned()), "{reserved:?}");
+    // acme is now full (quota 3): its owner's next namespace is refused.
+    assert_refused(
+        create_namespace(&cluster.alice, json!({"metadata": {"name": "acme-4"}})).await,
+        BY_NAMESPACES,
+        "Tenant acme may have at most 3 namespaces and has 3",
+    );
 }
 
 async fn classes_and_node_selectors_in_tenant_namespaces(cluster: &Cluster) {

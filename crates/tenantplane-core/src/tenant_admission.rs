@@ -67,11 +67,13 @@ pub fn is_tenant_reference(reference: &OwnerReference) -> bool {
 }
 
 /// The tenant identity of a namespace's metadata: its Tenant owner references (as
-/// name and UID) and its tenant label.
+/// name and UID), its tenant label, and its other owner references (as group, kind,
+/// name and UID).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TenantIdentity {
     pub references: BTreeSet<(String, String)>,
     pub label: Option<String>,
+    pub other_owners: BTreeSet<(String, String, String, String)>,
 }
 
 impl TenantIdentity {
@@ -87,6 +89,20 @@ impl TenantIdentity {
                 .map(|r| (r.name.clone(), r.uid.clone()))
                 .collect(),
             label: labels.and_then(|l| l.get(TENANT_LABEL)).cloned(),
+            other_owners: references
+                .unwrap_or_default()
+                .iter()
+                .filter(|r| !is_tenant_reference(r))
+                .map(|r| {
+                    let group = r.api_version.split_once('/').map_or("", |(g, _)| g);
+                    (
+                        group.to_owned(),
+                        r.kind.clone(),
+                        r.name.clone(),
+                        r.uid.clone(),
+                    )
+                })
+                .collect(),
         }
     }
 }
@@ -100,11 +116,19 @@ pub enum IdentityChange {
     References { before: String, after: String },
     #[error("only an admin may change a namespace's {TENANT_LABEL} label: {before} -> {after}")]
     Label { before: String, after: String },
+    /// Any owner reference: a namespace owned by an object its owner can delete is
+    /// deleted by the garbage collector with it (kube-system owned by a tenant's
+    /// namespace would go when that namespace goes).
+    #[error(
+        "only an admin may change a namespace's owner references (the garbage collector deletes a namespace with its owners)"
+    )]
+    OtherOwners,
 }
 
 /// Refuses any change of the tenant identity by a non-admin: adding (claiming an
 /// unowned namespace or forging a UID), removing (escaping the tenant) or changing a
-/// Tenant owner reference, and forging or removing the tenant label. The same rule
+/// Tenant owner reference, forging or removing the tenant label, and adding or
+/// removing any other owner reference. The same rule
 /// holds for every path (PUT, merge/JSON/apply patches, `status` and `finalize`),
 /// because all of them reach admission as an old and a new object.
 pub fn unchanged_identity(
@@ -126,6 +150,9 @@ pub fn unchanged_identity(
             before: show(&old.label),
             after: show(&new.label),
         });
+    }
+    if old.other_owners != new.other_owners {
+        return Err(IdentityChange::OtherOwners);
     }
     Ok(())
 }
@@ -384,14 +411,18 @@ mod tests {
             Some("acme"),
         );
         assert_eq!(unchanged_identity(&member, &v2), Ok(()));
-        // Other owner references are not the tenant's business.
+        // Any other owner could take the namespace with it when deleted.
         let other = OwnerReference {
-            kind: "ConfigMap".into(),
+            kind: "Namespace".into(),
             api_version: "v1".into(),
             ..acme.clone()
         };
         let with_other = identity(&[acme.clone(), other], Some("acme"));
-        assert_eq!(unchanged_identity(&member, &with_other), Ok(()));
+        assert_eq!(
+            unchanged_identity(&member, &with_other),
+            Err(IdentityChange::OtherOwners)
+        );
+        assert_eq!(unchanged_identity(&with_other, &with_other), Ok(()));
 
         for (what, new) in [
             ("stripped", identity(&[], Some("acme"))),
