@@ -3,11 +3,13 @@
 //!
 //! The webhook configuration sends only namespaces labelled `tenantplane.io/tenant`
 //! (a pre-filter that works on Kubernetes 1.20, which has no
-//! `kubernetes.io/metadata.name` label); here the namespace must also carry an owner
-//! reference to that Tenant with its UID, or it is not a member and the request is
-//! let through unchanged (a forged label gains nothing and costs nothing).
+//! `kubernetes.io/metadata.name` label); here membership is decided by the
+//! namespace's owner reference to a Tenant with that Tenant's UID alone, and a
+//! namespace without one is let through unchanged (a forged label gains nothing and
+//! costs nothing).
 //!
 //! For a member namespace: a cordoned tenant refuses every write by non-admins;
+//! for everyone, admins included (a Deployment's pods are created by a controller),
 //! Pods get the tenant's priority and runtime class and node selector, PVCs its
 //! storage class and Ingresses its ingress class (the default injected when none is
 //! given, a class the tenant does not allow refused, a node selector that contradicts
@@ -23,7 +25,7 @@ use serde_json::{Value, json};
 use tenantplane_api::Tenant;
 use tenantplane_core::tenancy::{Requester, is_tenant_owner_reference};
 use tenantplane_core::tenant_admission::{
-    Admins, ClassKind, TENANT_LABEL, check_class, cordon_refusal, missing_node_selector,
+    Admins, ClassKind, check_class, cordon_refusal, is_tenant_reference, missing_node_selector,
 };
 
 use crate::answer::{Refusal, decided, escape};
@@ -95,37 +97,27 @@ async fn decide(
     Ok((!ops.is_empty()).then_some(Value::Array(ops)))
 }
 
-/// The Tenant `namespace` belongs to: named by its label, proven by an owner
-/// reference with the Tenant's UID.
+/// The Tenant `namespace` belongs to: the one its Tenant owner reference names,
+/// with the Tenant's UID. The label is not consulted (it only pre-filters the
+/// webhook's selector), so a wrong or forged label neither adds nor removes rules.
 async fn member_tenant(client: &Client, namespace: &str) -> Result<Option<Tenant>, Refusal> {
     let found = Api::<Namespace>::all(client.clone())
         .get_opt(namespace)
         .await
         .map_err(|err| Refusal::internal(format!("cannot read namespace {namespace}: {err}")))?;
-    let Some(found) = found else {
-        return Ok(None);
-    };
-    let Some(tenant_name) = found
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(TENANT_LABEL))
-    else {
-        return Ok(None);
-    };
-    let tenant = Api::<Tenant>::all(client.clone())
-        .get_opt(tenant_name)
-        .await
-        .map_err(|err| Refusal::internal(format!("cannot read Tenant {tenant_name}: {err}")))?;
-    Ok(tenant.filter(|tenant| {
-        found
-            .metadata
-            .owner_references
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .any(|r| is_tenant_owner_reference(r, tenant))
-    }))
+    let references = found
+        .and_then(|ns| ns.metadata.owner_references)
+        .unwrap_or_default();
+    let tenants = Api::<Tenant>::all(client.clone());
+    for reference in references.iter().filter(|r| is_tenant_reference(r)) {
+        let tenant = tenants.get_opt(&reference.name).await.map_err(|err| {
+            Refusal::internal(format!("cannot read Tenant {}: {err}", reference.name))
+        })?;
+        if let Some(tenant) = tenant.filter(|t| is_tenant_owner_reference(reference, t)) {
+            return Ok(Some(tenant));
+        }
+    }
+    Ok(None)
 }
 
 fn text<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {

@@ -734,6 +734,26 @@ async fn classes_and_node_selectors_in_tenant_namespaces(cluster: &Cluster) {
         "does not allow Ingress class \"nginx\"",
     );
 
+    // Membership is the owner reference: acme-1 relabelled for evil by an admin is
+    // still acme's, with acme's rules.
+    let relabel =
+        |tenant: &str| Patch::Merge(json!({"metadata": {"labels": {TENANT_LABEL: tenant}}}));
+    let as_platform: Api<Namespace> = Api::all(cluster.platform.clone());
+    as_platform
+        .patch("acme-1", &PatchParams::default(), &relabel("evil"))
+        .await
+        .expect("an admin relabels");
+    assert_refused(
+        pods.create(&pp, &pod("runc", json!({"runtimeClassName": "runc"})))
+            .await,
+        BY_RESOURCES,
+        "Tenant acme does not allow Runtime class \"runc\"",
+    );
+    as_platform
+        .patch("acme-1", &PatchParams::default(), &relabel("acme"))
+        .await
+        .unwrap();
+
     // A tenant without rules (evil) restricts nothing, and a namespace that only
     // carries acme's label, without acme's owner reference, is not acme's.
     Api::<Namespace>::all(cluster.platform.clone())
