@@ -313,7 +313,7 @@ async fn namespace_tenant_rules_stop_hijacks_and_enforce_tenant_policy() {
         .expect("the webhook task")
         .expect("the webhook shut down cleanly");
     let configmap = |name: &str| -> ConfigMap { from(json!({"metadata": {"name": name}})) };
-    for namespace in ["kube-system", "kube-public", "default"] {
+    for namespace in ["kube-system", "kube-public", "kube-node-lease", "default"] {
         Api::<ConfigMap>::namespaced(cluster.admin.clone(), namespace)
             .create(&PostParams::default(), &configmap("while-down"))
             .await

@@ -19,9 +19,11 @@ pub struct WebhookArgs {
     /// PEM private key of the certificate.
     #[arg(long)]
     pub tls_key: PathBuf,
-    /// Also serve POST /namespaces, the namespace tenancy admission (Tenant
-    /// membership and the race-free namespace quota); it reads and writes Tenants
-    /// through the host cluster's API.
+    /// Also serve the namespace tenancy admission: POST /namespaces (Tenant
+    /// membership, the race-free namespace quota, no moves between tenants by
+    /// non-admins) and POST /tenant-resources (cordon, allowed classes, node
+    /// selectors); it reads Tenants and namespaces and writes Tenant status through
+    /// the host cluster's API.
     #[arg(long)]
     pub namespace_tenancy: bool,
     /// Kubeconfig of the host cluster for --namespace-tenancy (default:
