@@ -5,11 +5,14 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 use tenantplane_core::metadata::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
+use tenantplane_core::tenant_admission::TENANT_LABEL;
 
-use crate::review::VALIDATED;
-use crate::server::{NAMESPACES_PATH, VALIDATE_PATH};
+use crate::review::{TENANT_KIND, VALIDATED};
+use crate::server::{NAMESPACES_PATH, TENANT_RESOURCES_PATH, VALIDATE_PATH};
 
 /// The configuration object's name.
 pub const CONFIGURATION_NAME: &str = "tenantplane-validation";
@@ -37,9 +40,9 @@ pub enum WebhookClient {
 /// `failurePolicy: Fail` is safe here because the rules match only tenantplane's own
 /// resources: while the webhook is down, TenantClusters, IsolationProfiles,
 /// SyncPolicies, ResourcePools and ResourcePoolClaims cannot be created or changed
-/// (their status subresources, which the controller writes, are not matched), and
-/// nothing else in the cluster is
-/// affected (namespaces, pods and the webhook's own Deployment never pass through
+/// (their status subresources, which the controllers write, are not matched) and
+/// Tenants cannot be deleted (the `spec.preventDeletion` check), and nothing else
+/// in the cluster is affected (namespaces, pods and the webhook's own Deployment never pass through
 /// it), so a down webhook can never deadlock the cluster or its own recovery.
 pub fn webhook_configuration(
     client: WebhookClient,
@@ -59,16 +62,37 @@ pub fn webhook_configuration(
             side_effects: "None".to_owned(),
             timeout_seconds: Some(TIMEOUT_SECONDS),
             match_policy: Some("Equivalent".to_owned()),
-            rules: Some(vec![RuleWithOperations {
-                api_groups: Some(strings(&[tenantplane_api::GROUP])),
-                // Every version, so a future version is validated too.
-                api_versions: Some(strings(&["*"])),
-                operations: Some(strings(&["CREATE", "UPDATE"])),
-                resources: Some(VALIDATED.iter().map(|(_, r)| (*r).to_owned()).collect()),
-                scope: Some("*".to_owned()),
-            }]),
+            rules: Some(vec![
+                RuleWithOperations {
+                    api_groups: Some(strings(&[tenantplane_api::GROUP])),
+                    // Every version, so a future version is validated too.
+                    api_versions: Some(strings(&["*"])),
+                    operations: Some(strings(&["CREATE", "UPDATE"])),
+                    resources: Some(VALIDATED.iter().map(|(_, r)| (*r).to_owned()).collect()),
+                    scope: Some("*".to_owned()),
+                },
+                RuleWithOperations {
+                    api_groups: Some(strings(&[tenantplane_api::GROUP])),
+                    api_versions: Some(strings(&["*"])),
+                    operations: Some(strings(&["DELETE"])),
+                    resources: Some(strings(&[TENANT_KIND.1])),
+                    scope: Some("Cluster".to_owned()),
+                },
+            ]),
             ..ValidatingWebhook::default()
         }]),
+    }
+}
+
+/// `client` for the webhook at `path`: a URL is the server's base (a trailing
+/// [`NAMESPACES_PATH`], as older configurations gave, is dropped) plus `path`.
+fn at(client: &WebhookClient, path: &str) -> WebhookClient {
+    match client {
+        WebhookClient::Url(url) => {
+            let base = url.strip_suffix(NAMESPACES_PATH).unwrap_or(url);
+            WebhookClient::Url(format!("{}{path}", base.trim_end_matches('/')))
+        }
+        service => service.clone(),
     }
 }
 
@@ -105,60 +129,122 @@ fn strings(items: &[&str]) -> Vec<String> {
 pub const NAMESPACE_CONFIGURATION_NAME: &str = "tenantplane-namespaces";
 /// The namespace admission webhook's name.
 pub const NAMESPACE_WEBHOOK_NAME: &str = "namespaces.tenantplane.io";
+/// The webhook for writes inside tenant namespaces.
+pub const TENANT_RESOURCES_WEBHOOK_NAME: &str = "tenant-resources.tenantplane.io";
 /// Seconds the API server waits for the namespace webhook: it reads Tenants and
 /// may retry its compare-and-swap on the Tenant's status under contention.
 pub const NAMESPACE_TIMEOUT_SECONDS: i32 = 10;
 
-/// The MutatingWebhookConfiguration that sends namespace CREATEs (and nothing else)
-/// to `POST /namespaces` at `client` (a Service's path is [`NAMESPACES_PATH`]).
+/// The MutatingWebhookConfiguration of namespace tenancy, with two webhooks at
+/// `client`, on paths [`NAMESPACES_PATH`] and [`TENANT_RESOURCES_PATH`] (of a
+/// Service, or of a URL given as the server's base, such as `https://host:8443`).
 ///
-/// `failurePolicy: Fail`, deliberately: with `Ignore`, a down or slow webhook would
-/// admit namespaces without a quota slot, owner reference or label, so the quota
-/// (the point of this webhook) would silently not hold. Failing closed is
-/// acceptable because it affects only namespace *creation*: never updates, deletes
-/// or anything inside namespaces, so `kube-system` and every existing workload,
-/// the webhook's own Deployment included, keep running and can recover. While the
-/// webhook is up, system users (`system:masters`, `system:` users) and users who
-/// own no Tenant are let through unchanged by the handler; while it is down, nobody
-/// creates namespaces until it is back. `sideEffects: NoneOnDryRun`: a real request
-/// writes a reservation into the Tenant's status; a dry run writes nothing.
+/// `namespaces.tenantplane.io`: namespace CREATE and UPDATE, including the
+/// `namespaces/status` and `namespaces/finalize` subresources (both can rewrite a
+/// namespace's metadata, a known hijack path). No selector: a namespace being
+/// claimed has no tenant label yet, so a label selector would let the claim
+/// through. `failurePolicy: Fail`, deliberately: with `Ignore`, a down webhook would
+/// admit namespaces without a quota slot, owner reference or label, and let anyone
+/// with RBAC on namespaces move them between tenants. Failing closed cannot deadlock
+/// the cluster: while the webhook is down, namespace creation, namespace metadata
+/// edits and the last (`finalize`) step of namespace deletion wait, but nothing that
+/// runs — `kube-system`, tenantplane's own Deployment, every workload — needs any of
+/// them to run or to restart, so the webhook comes back and the waiting requests
+/// succeed on retry. (Delete these configurations before deleting tenantplane's
+/// namespace when uninstalling.) While it is up, admins (see `Admins`:
+/// `system:masters`, `system:` users, `kube-system` service accounts, the
+/// configured groups and users) pass at once. `sideEffects: NoneOnDryRun`: a real
+/// request writes a reservation into the Tenant's status; a dry run writes nothing.
+///
+/// `tenant-resources.tenantplane.io`: CREATE, UPDATE and DELETE of every namespaced
+/// resource (and `scale`), but only in namespaces labelled `tenantplane.io/tenant`
+/// (`namespaceSelector` Exists; Kubernetes 1.20 has no `kubernetes.io/metadata.name`
+/// label to exclude namespaces by name, and the label exists on tenant namespaces
+/// only: non-admins cannot add it, as above). `kube-system`, `kube-public`,
+/// `kube-node-lease` and tenantplane's namespace are not labelled, so never sent,
+/// and the handler checks the owner reference's UID before applying anything.
+/// `failurePolicy: Fail`, so a down webhook cannot let a cordon or a class
+/// restriction be bypassed; it blocks only writes in tenant namespaces (tenant
+/// pods are not recreated until it is back), never in system namespaces or its own.
+/// `reinvocationPolicy: IfNeeded`: a later webhook's change is checked again.
 pub fn namespace_webhook_configuration(
     client: WebhookClient,
     ca_bundle: &[u8],
 ) -> MutatingWebhookConfiguration {
+    let rule = |groups: &[&str], operations: &[&str], resources: &[&str], scope: &str| {
+        RuleWithOperations {
+            api_groups: Some(strings(groups)),
+            api_versions: Some(strings(if groups == [""] { &["v1"] } else { &["*"] })),
+            operations: Some(strings(operations)),
+            resources: Some(strings(resources)),
+            scope: Some(scope.to_owned()),
+        }
+    };
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(NAMESPACE_CONFIGURATION_NAME.to_owned()),
             labels: Some([(LABEL_MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned())].into()),
             ..ObjectMeta::default()
         },
-        webhooks: Some(vec![MutatingWebhook {
-            name: NAMESPACE_WEBHOOK_NAME.to_owned(),
-            admission_review_versions: strings(&["v1"]),
-            client_config: client_config(client, NAMESPACES_PATH, ca_bundle),
-            failure_policy: Some("Fail".to_owned()),
-            side_effects: "NoneOnDryRun".to_owned(),
-            timeout_seconds: Some(NAMESPACE_TIMEOUT_SECONDS),
-            match_policy: Some("Equivalent".to_owned()),
-            reinvocation_policy: Some("Never".to_owned()),
-            rules: Some(vec![RuleWithOperations {
-                api_groups: Some(strings(&[""])),
-                api_versions: Some(strings(&["v1"])),
-                operations: Some(strings(&["CREATE"])),
-                resources: Some(strings(&["namespaces"])),
-                scope: Some("Cluster".to_owned()),
-            }]),
-            // Namespace and object selectors mean nothing for a namespace that does
-            // not exist yet; system users are exempted by the handler.
-            ..MutatingWebhook::default()
-        }]),
+        webhooks: Some(vec![
+            MutatingWebhook {
+                name: NAMESPACE_WEBHOOK_NAME.to_owned(),
+                admission_review_versions: strings(&["v1"]),
+                client_config: client_config(
+                    at(&client, NAMESPACES_PATH),
+                    NAMESPACES_PATH,
+                    ca_bundle,
+                ),
+                failure_policy: Some("Fail".to_owned()),
+                side_effects: "NoneOnDryRun".to_owned(),
+                timeout_seconds: Some(NAMESPACE_TIMEOUT_SECONDS),
+                match_policy: Some("Equivalent".to_owned()),
+                reinvocation_policy: Some("Never".to_owned()),
+                rules: Some(vec![rule(
+                    &[""],
+                    &["CREATE", "UPDATE"],
+                    &["namespaces", "namespaces/status", "namespaces/finalize"],
+                    "Cluster",
+                )]),
+                ..MutatingWebhook::default()
+            },
+            MutatingWebhook {
+                name: TENANT_RESOURCES_WEBHOOK_NAME.to_owned(),
+                admission_review_versions: strings(&["v1"]),
+                client_config: client_config(
+                    at(&client, TENANT_RESOURCES_PATH),
+                    TENANT_RESOURCES_PATH,
+                    ca_bundle,
+                ),
+                failure_policy: Some("Fail".to_owned()),
+                side_effects: "None".to_owned(),
+                timeout_seconds: Some(TIMEOUT_SECONDS),
+                match_policy: Some("Equivalent".to_owned()),
+                reinvocation_policy: Some("IfNeeded".to_owned()),
+                namespace_selector: Some(LabelSelector {
+                    match_expressions: Some(vec![LabelSelectorRequirement {
+                        key: TENANT_LABEL.to_owned(),
+                        operator: "Exists".to_owned(),
+                        values: None,
+                    }]),
+                    match_labels: None,
+                }),
+                rules: Some(vec![rule(
+                    &["*"],
+                    &["CREATE", "UPDATE", "DELETE"],
+                    &["*", "*/scale"],
+                    "Namespaced",
+                )]),
+                ..MutatingWebhook::default()
+            },
+        ]),
     }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_namespace_webhook_matches_only_namespace_creation() {
+    fn the_namespace_webhooks_match_namespaces_and_tenant_namespaces_only() {
         let config = namespace_webhook_configuration(
             WebhookClient::Service {
                 namespace: "tenantplane-system".into(),
@@ -173,11 +259,47 @@ mod tests {
         assert_eq!(
             webhook["rules"],
             serde_json::json!([{"apiGroups": [""], "apiVersions": ["v1"],
-                "operations": ["CREATE"], "resources": ["namespaces"], "scope": "Cluster"}])
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["namespaces", "namespaces/status", "namespaces/finalize"],
+                "scope": "Cluster"}])
         );
         assert_eq!(webhook["failurePolicy"], "Fail");
         assert_eq!(webhook["sideEffects"], "NoneOnDryRun");
         assert_eq!(webhook["clientConfig"]["service"]["path"], "/namespaces");
+        assert!(webhook.get("namespaceSelector").is_none());
+        let inside = &value["webhooks"][1];
+        assert_eq!(inside["name"], "tenant-resources.tenantplane.io");
+        assert_eq!(
+            inside["clientConfig"]["service"]["path"],
+            "/tenant-resources"
+        );
+        assert_eq!(
+            inside["namespaceSelector"],
+            serde_json::json!({"matchExpressions": [{"key": "tenantplane.io/tenant", "operator": "Exists"}]})
+        );
+        assert_eq!(inside["rules"][0]["scope"], "Namespaced");
+        assert_eq!(
+            inside["rules"][0]["operations"],
+            serde_json::json!(["CREATE", "UPDATE", "DELETE"])
+        );
+        assert_eq!(inside["failurePolicy"], "Fail");
+
+        for url in [
+            "https://h:8443",
+            "https://h:8443/",
+            "https://h:8443/namespaces",
+        ] {
+            let config = namespace_webhook_configuration(WebhookClient::Url(url.into()), b"PEM");
+            let value = serde_json::to_value(&config).unwrap();
+            assert_eq!(
+                value["webhooks"][0]["clientConfig"]["url"],
+                "https://h:8443/namespaces"
+            );
+            assert_eq!(
+                value["webhooks"][1]["clientConfig"]["url"],
+                "https://h:8443/tenant-resources"
+            );
+        }
     }
 
     use super::*;
@@ -203,6 +325,12 @@ mod tests {
                 "operations": ["CREATE", "UPDATE"],
                 "resources": ["tenantclusters", "isolationprofiles", "syncpolicies", "resourcepools", "resourcepoolclaims"],
                 "scope": "*",
+            }, {
+                "apiGroups": ["tenantplane.io"],
+                "apiVersions": ["*"],
+                "operations": ["DELETE"],
+                "resources": ["tenants"],
+                "scope": "Cluster",
             }])
         );
         assert_eq!(webhook["failurePolicy"], "Fail");

@@ -6,20 +6,27 @@
 //! [`config::webhook_configuration`] renders the ValidatingWebhookConfiguration that
 //! sends TenantClusters, IsolationProfiles and SyncPolicies (and nothing else) to it.
 //!
-//! With a client, [`server::router_with_client`] also serves `POST /namespaces`
-//! ([`namespaces`]): namespace creations by Tenant owners join their tenant, within
-//! its namespace quota (race-free), rendered by
-//! [`config::namespace_webhook_configuration`].
+//! With a client, [`server::router_with_tenancy`] also serves the namespace-tenant
+//! admission: `POST /namespaces` ([`namespaces`]: namespace creations by Tenant
+//! owners join their tenant within its namespace quota, race-free; nobody but an
+//! admin moves a namespace between tenants) and `POST /tenant-resources`
+//! ([`tenant_resources`]: cordon, allowed classes and node selectors inside tenant
+//! namespaces), both rendered by [`config::namespace_webhook_configuration`].
+//! The Tenant `preventDeletion` rule is part of `POST /validate`.
 
+mod answer;
 pub mod config;
 pub mod namespaces;
 pub mod review;
 pub mod server;
+pub mod tenant_resources;
 
 pub use config::{WebhookClient, namespace_webhook_configuration, webhook_configuration};
 pub use server::{
-    router, router_with_client, serve, serve_router, tls_config, tls_config_from_files,
+    router, router_with_client, router_with_tenancy, serve, serve_router, tls_config,
+    tls_config_from_files,
 };
+pub use tenantplane_core::tenant_admission::Admins;
 
 use std::path::PathBuf;
 

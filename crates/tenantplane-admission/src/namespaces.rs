@@ -1,110 +1,73 @@
-//! `POST /namespaces`: the mutating admission of namespace creations for namespace
-//! tenants.
+//! `POST /namespaces`: the mutating admission of namespace creations and updates
+//! for namespace tenants.
 //!
-//! A namespace created by a Tenant owner joins the tenant [`assign_tenant`] picks,
-//! takes a quota slot in the Tenant's status with a compare-and-swap (the status is
-//! written with the `resourceVersion` it was read at, so of two concurrent writers
-//! one gets 409 Conflict and reads again; see [`reserve_slot`]), and is patched with
-//! the Tenant's owner reference and the `tenantplane.io/tenant` label. Requests by
-//! system users, by users who own no Tenant and for namespaces that already exist
-//! are allowed unchanged.
+//! CREATE: a namespace created by a Tenant owner joins the tenant [`assign_tenant`]
+//! picks, takes a quota slot in the Tenant's status with a compare-and-swap (the
+//! status is written with the `resourceVersion` it was read at, so of two concurrent
+//! writers one gets 409 Conflict and reads again; see [`reserve_slot`]), and is
+//! patched with the Tenant's owner reference and the `tenantplane.io/tenant` label.
+//! A non-admin may name no other tenant (no forged owner reference or label); an
+//! admin's namespace that names a Tenant by owner reference takes a slot too.
+//! Namespaces that already exist are let through (the API server says AlreadyExists).
+//!
+//! UPDATE (PUT, merge/JSON/apply patches, and the `status` and `finalize`
+//! subresources, which all arrive as an old and a new object): a non-admin may not
+//! change the namespace's Tenant owner references or tenant label (no claiming of
+//! unowned namespaces, no escape, no moves, no forged UIDs); an admin who moves a
+//! namespace into a tenant takes a quota slot there. Who is an admin: [`Admins`].
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, PostParams};
+use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::core::{DynamicObject, Status};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tenantplane_api::{Tenant, TenantNamespaceStatus};
 use tenantplane_core::tenancy::{
-    Requester, assign_tenant, is_owner, is_tenant_owner_reference, owner_reference, reserve_slot,
+    Requester, assign_tenant, is_owner, is_tenant_owner_reference, owner_reference, owning_tenant,
+    reserve_slot,
+};
+use tenantplane_core::tenant_admission::{
+    Admins, TenantIdentity, creation_identity, unchanged_identity,
 };
 
-/// The label that names a member namespace's tenant.
-pub const TENANT_LABEL: &str = "tenantplane.io/tenant";
+use crate::answer::{Refusal, decided, escape};
+
+pub use tenantplane_core::tenant_admission::{DEFAULT_CONTROLLER_USER, TENANT_LABEL};
 /// Compare-and-swap attempts before giving up under contention.
 const MAX_ATTEMPTS: usize = 20;
 
 /// Answers one AdmissionReview body for a namespace. Never fails or panics: a body
 /// that cannot be read is answered with a refusal that says why.
-pub async fn review(client: &Client, body: &[u8]) -> AdmissionReview<DynamicObject> {
+pub async fn review(
+    client: &Client,
+    admins: &Admins,
+    body: &[u8],
+) -> AdmissionReview<DynamicObject> {
     match crate::review::parse(body) {
-        Ok(request) => respond(client, &request).await.into_review(),
+        Ok(request) => respond(client, admins, &request).await.into_review(),
         Err(refusal) => refusal.into_review(),
-    }
-}
-
-/// A refusal: the message, the HTTP code and reason the API server returns.
-#[derive(Debug)]
-struct Refusal {
-    message: String,
-    code: u16,
-    reason: &'static str,
-}
-
-impl Refusal {
-    fn forbidden(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            code: 403,
-            reason: "Forbidden",
-        }
-    }
-
-    fn internal(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            code: 500,
-            reason: "InternalError",
-        }
     }
 }
 
 /// The response to one namespace request.
 pub async fn respond(
     client: &Client,
+    admins: &Admins,
     request: &AdmissionRequest<DynamicObject>,
 ) -> AdmissionResponse {
-    let response = AdmissionResponse::from(request);
-    match decide(client, request).await {
-        Ok(None) => response,
-        Ok(Some(patch)) => match serde_json::from_value::<json_patch::Patch>(patch) {
-            Ok(patch) => match response.clone().with_patch(patch) {
-                Ok(patched) => patched,
-                Err(err) => deny(
-                    response,
-                    Refusal::internal(format!("cannot encode the patch: {err}")),
-                ),
-            },
-            Err(err) => deny(
-                response,
-                Refusal::internal(format!("cannot build the patch: {err}")),
-            ),
-        },
-        Err(refusal) => deny(response, refusal),
-    }
-}
-
-fn deny(response: AdmissionResponse, refusal: Refusal) -> AdmissionResponse {
-    let mut denied = response.deny(&refusal.message);
-    denied.result = Status::failure(&refusal.message, refusal.reason).with_code(refusal.code);
-    denied
-}
-
-/// Whether the requester is the cluster's own machinery, never a tenant owner:
-/// `system:masters` and `system:` users. Service accounts
-/// (`system:serviceaccount:...`) can own Tenants, so they are not exempt here (one
-/// that owns no Tenant is let through by the ownership check).
-pub fn is_system(username: &str, groups: &[String]) -> bool {
-    (username.starts_with("system:") && !username.starts_with("system:serviceaccount:"))
-        || groups.iter().any(|g| g == "system:masters")
+    decided(
+        AdmissionResponse::from(request),
+        decide(client, admins, request).await,
+    )
 }
 
 /// `Ok(None)`: allow unchanged; `Ok(Some(patch))`: allow with this JSONPatch.
 async fn decide(
     client: &Client,
+    admins: &Admins,
     request: &AdmissionRequest<DynamicObject>,
 ) -> Result<Option<Value>, Refusal> {
     let gvk = &request.kind;
@@ -119,31 +82,62 @@ async fn decide(
             }
         )));
     }
-    if !matches!(request.operation, Operation::Create) {
-        return Ok(None);
-    }
     let username = request.user_info.username.as_deref().unwrap_or_default();
     let groups = request.user_info.groups.as_deref().unwrap_or_default();
-    if is_system(username, groups) {
-        return Ok(None);
-    }
     let requester = Requester { username, groups };
+    let admin = admins.contains(&requester);
+    let object = request.object.as_ref();
+    match (&request.operation, object, request.old_object.as_ref()) {
+        (Operation::Create, Some(object), _) => {
+            create(client, admin, &requester, request, object).await
+        }
+        (Operation::Update, Some(new), Some(old)) => update(client, admin, request, old, new).await,
+        (Operation::Create | Operation::Update, _, _) => Err(Refusal::forbidden(format!(
+            "the namespace {:?} request carries no object (or no old object)",
+            request.operation
+        ))),
+        _ => Ok(None),
+    }
+}
 
-    let tenants_api: Api<Tenant> = Api::all(client.clone());
-    let tenants = tenants_api
+fn identity(object: &DynamicObject) -> TenantIdentity {
+    TenantIdentity::of(
+        object.metadata.owner_references.as_deref(),
+        object.metadata.labels.as_ref(),
+    )
+}
+
+async fn list_tenants(client: &Client) -> Result<Vec<Tenant>, Refusal> {
+    Ok(Api::<Tenant>::all(client.clone())
         .list(&Default::default())
         .await
         .map_err(|err| Refusal::internal(format!("cannot list Tenants: {err}")))?
-        .items;
-    if !tenants.iter().any(|t| is_owner(&requester, t)) {
-        // Not a tenant owner: RBAC alone decides.
-        return Ok(None);
-    }
+        .items)
+}
 
-    let object = request
-        .object
-        .as_ref()
-        .ok_or_else(|| Refusal::forbidden("the namespace CREATE request carries no object"))?;
+/// The Tenant `object`'s owner references make it a member of (by UID), if any.
+fn member_of(object: &DynamicObject, tenants: &[Tenant]) -> Option<String> {
+    owning_tenant(
+        object
+            .metadata
+            .owner_references
+            .as_deref()
+            .unwrap_or_default(),
+        tenants,
+    )
+    .and_then(|t| t.metadata.name.clone())
+}
+
+/// A namespace CREATE: a Tenant owner's namespace joins their tenant within its
+/// quota; an admin's namespace that names a Tenant by owner reference takes a quota
+/// slot too; nobody else may name a tenant.
+async fn create(
+    client: &Client,
+    admin: bool,
+    requester: &Requester<'_>,
+    request: &AdmissionRequest<DynamicObject>,
+    object: &DynamicObject,
+) -> Result<Option<Value>, Refusal> {
     let name = object
         .metadata
         .name
@@ -155,48 +149,113 @@ async fn decide(
                 "the namespace has no name: tenant namespaces must be created with metadata.name",
             )
         })?;
+    if admin && identity(object).references.is_empty() {
+        // The cluster's own namespaces need nothing from the Tenants (nor that
+        // their API answers).
+        return Ok(None);
+    }
+    let tenants = list_tenants(client).await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
 
-    let tenant_name = assign_tenant(&requester, name, &tenants)
-        .map_err(|err| Refusal::forbidden(err.to_string()))?
+    if admin {
+        // An admin may create a namespace straight into a tenant, but not past its quota.
+        return match member_of(object, &tenants) {
+            Some(tenant) if !exists(&namespaces, name).await? => {
+                join(client, object, &tenant, name, request.dry_run).await
+            }
+            _ => Ok(None),
+        };
+    }
+
+    let asked = identity(object);
+    if !tenants.iter().any(|t| is_owner(requester, t)) {
+        // Not a tenant owner: RBAC alone decides, but no tenant may be named.
+        creation_identity(&asked, None).map_err(|err| Refusal::forbidden(err.to_string()))?;
+        return Ok(None);
+    }
+    let tenant = assign_tenant(requester, name, &tenants)
+        .map_err(|err| Refusal::forbidden(err.to_string()))?;
+    let tenant_name = tenant
         .metadata
         .name
         .clone()
         .ok_or_else(|| Refusal::internal("a listed Tenant has no name"))?;
+    let tenant_uid = tenant.metadata.uid.clone().unwrap_or_default();
+    creation_identity(&asked, Some((&tenant_name, &tenant_uid)))
+        .map_err(|err| Refusal::forbidden(err.to_string()))?;
 
     // An existing namespace takes no slot: the API server answers AlreadyExists.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    match namespaces.get_opt(name).await {
-        Ok(Some(_)) => return Ok(None),
-        Ok(None) => {}
-        Err(err) => {
-            return Err(Refusal::internal(format!(
-                "cannot check whether namespace {name} exists: {err}"
-            )));
-        }
+    if exists(&namespaces, name).await? {
+        return Ok(None);
     }
+    join(client, object, &tenant_name, name, request.dry_run).await
+}
 
-    let tenant = reserve(
-        &tenants_api,
-        &namespaces,
-        &tenant_name,
-        name,
-        request.dry_run,
-    )
-    .await?;
+/// Takes a slot in `tenant_name` for the namespace `name` and returns the patch
+/// that makes `object` its member (owner reference and label, whichever is missing).
+async fn join(
+    client: &Client,
+    object: &DynamicObject,
+    tenant_name: &str,
+    name: &str,
+    dry_run: bool,
+) -> Result<Option<Value>, Refusal> {
+    let tenant = reserve(client, tenant_name, name, dry_run).await?;
     let reference = owner_reference(&tenant)
         .ok_or_else(|| Refusal::internal(format!("Tenant {tenant_name} has no name or UID")))?;
-    patch(object, &reference, &tenant_name).map(Some)
+    patch(object, &reference, tenant_name).map(Some)
+}
+
+async fn exists(namespaces: &Api<Namespace>, name: &str) -> Result<bool, Refusal> {
+    namespaces
+        .get_opt(name)
+        .await
+        .map(|found| found.is_some())
+        .map_err(|err| {
+            Refusal::internal(format!(
+                "cannot check whether namespace {name} exists: {err}"
+            ))
+        })
+}
+
+/// A namespace UPDATE, through PUT, any patch, `status` or `finalize`: non-admins
+/// may not change its tenant identity or owners at all; an admin who moves it into
+/// a tenant (adoption) takes a quota slot there, so an update never exceeds the
+/// quota, and the tenant label is set to match.
+async fn update(
+    client: &Client,
+    admin: bool,
+    request: &AdmissionRequest<DynamicObject>,
+    old: &DynamicObject,
+    new: &DynamicObject,
+) -> Result<Option<Value>, Refusal> {
+    if !admin {
+        return unchanged_identity(&identity(old), &identity(new))
+            .map(|()| None)
+            .map_err(|err| Refusal::forbidden(format!("namespace {}: {err}", request.name)));
+    }
+    if identity(old).references == identity(new).references {
+        return Ok(None);
+    }
+    let tenants = list_tenants(client).await?;
+    match member_of(new, &tenants) {
+        Some(joined) if member_of(old, &tenants).as_ref() != Some(&joined) => {
+            join(client, new, &joined, &request.name, request.dry_run).await
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Takes a quota slot for `namespace` in `tenant_name`'s status by compare-and-swap,
 /// returning the Tenant as read. A dry run only checks.
 async fn reserve(
-    tenants: &Api<Tenant>,
-    namespaces: &Api<Namespace>,
+    client: &Client,
     tenant_name: &str,
     namespace: &str,
     dry_run: bool,
 ) -> Result<Tenant, Refusal> {
+    let tenants: Api<Tenant> = Api::all(client.clone());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
     for _ in 0..MAX_ATTEMPTS {
         let mut tenant = tenants
             .get(tenant_name)
@@ -206,7 +265,7 @@ async fn reserve(
         // an owner reference with its UID, found through the label), not whatever
         // the status last said: a reservation expires once its namespace exists,
         // and the namespace must keep counting after that.
-        let members = members_of(namespaces, &tenant).await?;
+        let members = members_of(&namespaces, &tenant).await?;
         let mut status = tenant.status.clone().unwrap_or_default();
         status.namespaces = members
             .into_iter()
@@ -269,11 +328,6 @@ async fn members_of(namespaces: &Api<Namespace>, tenant: &Tenant) -> Result<Vec<
         .collect())
 }
 
-/// Escapes a JSON-pointer segment (RFC 6901).
-fn escape(segment: &str) -> String {
-    segment.replace('~', "~0").replace('/', "~1")
-}
-
 /// The JSONPatch that adds the tenant's label and owner reference to `object`.
 fn patch(
     object: &DynamicObject,
@@ -306,14 +360,6 @@ fn patch(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn system_users_are_exempt_but_service_accounts_are_not() {
-        assert!(is_system("system:kube-controller-manager", &[]));
-        assert!(is_system("admin", &["system:masters".into()]));
-        assert!(!is_system("system:serviceaccount:team:ci", &[]));
-        assert!(!is_system("alice", &["system:authenticated".into()]));
-    }
 
     #[test]
     fn the_patch_creates_or_extends_labels_and_owner_references() {

@@ -46,6 +46,11 @@ pub fn review(body: &[u8]) -> AdmissionReview<DynamicObject> {
 /// The response to one request: allowed, or denied with every violation.
 pub fn respond(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
+    if let Some(message) = tenant_deletion_refusal(request) {
+        let mut denied = response.deny(&message);
+        denied.result = Status::failure(&message, "Forbidden").with_code(403);
+        return denied;
+    }
     match verdict(request) {
         Ok(()) => response,
         Err(message) => {
@@ -58,8 +63,38 @@ pub fn respond(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
     }
 }
 
+/// The kind whose DELETE is validated: a Tenant with `spec.preventDeletion`.
+pub const TENANT_KIND: (&str, &str) = ("Tenant", "tenants");
+
+/// The refusal of deleting a Tenant whose `spec.preventDeletion` is true. Read from
+/// the raw old object, so a Tenant that no longer decodes is judged by that field
+/// alone.
+fn tenant_deletion_refusal(request: &AdmissionRequest<DynamicObject>) -> Option<String> {
+    let gvk = &request.kind;
+    if gvk.group != tenantplane_api::GROUP
+        || gvk.kind != TENANT_KIND.0
+        || !matches!(request.operation, Operation::Delete)
+    {
+        return None;
+    }
+    let prevented = request
+        .old_object
+        .as_ref()
+        .is_some_and(|old| old.data["spec"]["preventDeletion"] == serde_json::Value::Bool(true));
+    prevented.then(|| {
+        format!(
+            "Tenant {} has spec.preventDeletion: set it to false before deleting the Tenant",
+            request.name
+        )
+    })
+}
+
 fn verdict(request: &AdmissionRequest<DynamicObject>) -> Result<(), String> {
     let gvk = &request.kind;
+    // Tenants are sent only for DELETE (above); nothing else to check.
+    if gvk.group == tenantplane_api::GROUP && gvk.kind == TENANT_KIND.0 {
+        return Ok(());
+    }
     let known =
         gvk.group == tenantplane_api::GROUP && VALIDATED.iter().any(|(kind, _)| *kind == gvk.kind);
     if !known {
@@ -347,6 +382,31 @@ mod tests {
             assert!(!response.allowed);
             assert!(!response.result.message.is_empty());
         }
+    }
+
+    #[test]
+    fn tenants_preventing_deletion_are_not_deleted() {
+        let tenant = |prevent: bool| {
+            json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "Tenant",
+                   "metadata": {"name": "acme"},
+                   "spec": {"owners": [], "preventDeletion": prevent}})
+        };
+        let request = |old: Value| {
+            serde_json::to_vec(&json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "req-1",
+                    "kind": {"group": "tenantplane.io", "version": "v1alpha1", "kind": "Tenant"},
+                    "resource": {"group": "tenantplane.io", "version": "v1alpha1", "resource": "tenants"},
+                    "name": "acme", "operation": "DELETE", "userInfo": {"username": "admin"},
+                    "object": null, "oldObject": old}
+            }))
+            .unwrap()
+        };
+        let response = answer(&request(tenant(true)));
+        assert!(!response.allowed);
+        assert_eq!(response.result.code, 403);
+        assert!(response.result.message.contains("spec.preventDeletion"));
+        assert!(answer(&request(tenant(false))).allowed);
     }
 
     #[test]

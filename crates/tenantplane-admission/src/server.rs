@@ -27,10 +27,13 @@ use tokio_rustls::TlsAcceptor;
 use crate::Error;
 use crate::namespaces;
 use crate::review;
+use crate::tenant_resources;
+use tenantplane_core::tenant_admission::Admins;
 
 pub const VALIDATE_PATH: &str = "/validate";
 pub const HEALTHZ_PATH: &str = "/healthz";
 pub const NAMESPACES_PATH: &str = "/namespaces";
+pub const TENANT_RESOURCES_PATH: &str = "/tenant-resources";
 
 /// An AdmissionReview carries the object and the old object, each up to etcd's
 /// 1.5 MiB; axum's 2 MiB default would refuse large updates.
@@ -51,30 +54,53 @@ pub fn router() -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY))
 }
 
-/// [`router`] plus `POST /namespaces`, the namespace tenancy admission, which reads
-/// and writes Tenants through `client`.
+/// [`router_with_tenancy`] with the default [`Admins`] (system users,
+/// `system:masters` and tenantplane's controller service account).
 pub fn router_with_client(client: Client) -> Router {
-    router().route(
-        NAMESPACES_PATH,
-        post(move |body: Bytes| {
-            let client = client.clone();
-            async move { admit_namespace(&client, body).await }
-        }),
-    )
+    router_with_tenancy(client, Admins::default())
 }
 
-async fn admit_namespace(client: &Client, body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
-    let review = namespaces::review(client, &body).await;
+/// [`router`] plus the namespace-tenant admission, which reads and writes Tenants
+/// through `client`: `POST /namespaces` (namespace creations and updates) and
+/// `POST /tenant-resources` (writes inside tenant namespaces).
+pub fn router_with_tenancy(client: Client, admins: Admins) -> Router {
+    let state = Arc::new((client, admins));
+    let for_resources = state.clone();
+    router()
+        .route(
+            NAMESPACES_PATH,
+            post(move |body: Bytes| {
+                let state = state.clone();
+                async move {
+                    let review = namespaces::review(&state.0, &state.1, &body).await;
+                    log_review("namespace admission review", &review);
+                    Json(review)
+                }
+            }),
+        )
+        .route(
+            TENANT_RESOURCES_PATH,
+            post(move |body: Bytes| {
+                let state = for_resources.clone();
+                async move {
+                    let review = tenant_resources::review(&state.0, &state.1, &body).await;
+                    log_review("tenant resource admission review", &review);
+                    Json(review)
+                }
+            }),
+        )
+}
+
+fn log_review(what: &'static str, review: &AdmissionReview<DynamicObject>) {
     if let Some(response) = &review.response {
         tracing::info!(
             uid = %response.uid,
             allowed = response.allowed,
             patched = response.patch.is_some(),
             message = %response.result.message,
-            "namespace admission review"
+            "{what}"
         );
     }
-    Json(review)
 }
 
 async fn validate(body: Bytes) -> Json<AdmissionReview<DynamicObject>> {

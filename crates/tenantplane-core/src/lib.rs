@@ -16,6 +16,7 @@ pub mod provenance;
 pub mod quantity;
 pub mod selector;
 pub mod tenancy;
+pub mod tenant_admission;
 pub mod tenant_plan;
 pub mod transform;
 pub mod validation;

@@ -74,8 +74,9 @@ pub enum RenderTarget {
         #[arg(long, requires = "service")]
         port: Option<i32>,
         /// Render the MutatingWebhookConfiguration for namespace tenancy instead
-        /// (namespace CREATEs; a Service's path is /namespaces; serve it with
-        /// `tenantplane webhook --namespace-tenancy`).
+        /// (namespace creations and updates on /namespaces, writes inside tenant
+        /// namespaces on /tenant-resources; a --url is the server's base; serve it
+        /// with `tenantplane webhook --namespace-tenancy`).
         #[arg(long)]
         namespaces: bool,
         #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]

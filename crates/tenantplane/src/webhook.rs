@@ -19,15 +19,36 @@ pub struct WebhookArgs {
     /// PEM private key of the certificate.
     #[arg(long)]
     pub tls_key: PathBuf,
-    /// Also serve POST /namespaces, the namespace tenancy admission (Tenant
-    /// membership and the race-free namespace quota); it reads and writes Tenants
-    /// through the host cluster's API.
+    /// Also serve the namespace tenancy admission: POST /namespaces (Tenant
+    /// membership, the race-free namespace quota, no moves between tenants by
+    /// non-admins) and POST /tenant-resources (cordon, allowed classes, node
+    /// selectors); it reads Tenants and namespaces and writes Tenant status through
+    /// the host cluster's API.
     #[arg(long)]
     pub namespace_tenancy: bool,
     /// Kubeconfig of the host cluster for --namespace-tenancy (default:
     /// KUBECONFIG, then in-cluster).
     #[arg(long, requires = "namespace_tenancy")]
     pub kubeconfig: Option<PathBuf>,
+    /// A group whose members are admins of namespace tenancy: they may move
+    /// namespaces between tenants and write in cordoned tenants (repeatable).
+    /// `system:masters`, `system:` users and kube-system service accounts always
+    /// are; tenant owners never are.
+    #[arg(
+        long = "admin-group",
+        value_name = "GROUP",
+        requires = "namespace_tenancy"
+    )]
+    pub admin_groups: Vec<String>,
+    /// A user who is an admin of namespace tenancy (repeatable); tenantplane's
+    /// controller must be one, so giving any replaces the default.
+    #[arg(
+        long = "admin-user",
+        value_name = "USER",
+        default_value = tenantplane_admission::namespaces::DEFAULT_CONTROLLER_USER,
+        requires = "namespace_tenancy"
+    )]
+    pub admin_users: Vec<String>,
     /// Log lines as text or as JSON objects.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -57,8 +78,13 @@ pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
             .context("reading the listening address")?;
         let app = if args.namespace_tenancy {
             let client = crate::kube_client::connect(args.kubeconfig.as_deref()).await?;
-            tracing::info!(listen = %addr, "tenantplane webhook serving /validate, /namespaces and /healthz");
-            tenantplane_admission::router_with_client(client)
+            tracing::info!(listen = %addr, admin_groups = ?args.admin_groups, admin_users = ?args.admin_users,
+                "tenantplane webhook serving /validate, /namespaces, /tenant-resources and /healthz");
+            let admins = tenantplane_admission::Admins {
+                groups: args.admin_groups,
+                users: args.admin_users,
+            };
+            tenantplane_admission::router_with_tenancy(client, admins)
         } else {
             tracing::info!(listen = %addr, "tenantplane webhook serving /validate and /healthz");
             tenantplane_admission::router()

@@ -60,9 +60,13 @@ fn install_documents() -> Vec<(String, Value)> {
 }
 
 async fn allowed(client: &Client, attributes: Value) -> bool {
+    allowed_for(client, SA, attributes).await
+}
+
+async fn allowed_for(client: &Client, service_account: &str, attributes: Value) -> bool {
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
-            user: Some(SA.to_owned()),
+            user: Some(service_account.to_owned()),
             groups: Some(vec![
                 "system:serviceaccounts".into(),
                 "system:serviceaccounts:tenantplane-system".into(),
@@ -144,11 +148,15 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "Role",
             "RoleBinding",
             "Deployment",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "Deployment",
             "Service",
             "ValidatingWebhookConfiguration",
             "Issuer",
             "Certificate",
+            "MutatingWebhookConfiguration",
         ]
     );
 
@@ -286,6 +294,47 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
         );
     }
 
+    // The webhook: Tenants and namespaces read, only the Tenants' status written.
+    let webhook_sa = "system:serviceaccount:tenantplane-system:tenantplane-webhook";
+    for (what, attributes, expected) in [
+        (
+            "list Tenants",
+            json!({"group": "tenantplane.io", "resource": "tenants", "verb": "list"}),
+            true,
+        ),
+        (
+            "reserve a namespace slot",
+            json!({"group": "tenantplane.io", "resource": "tenants", "subresource": "status", "verb": "update", "name": "acme"}),
+            true,
+        ),
+        (
+            "read a namespace",
+            json!({"resource": "namespaces", "verb": "get", "name": "acme-1"}),
+            true,
+        ),
+        (
+            "change a Tenant's spec",
+            json!({"group": "tenantplane.io", "resource": "tenants", "verb": "update"}),
+            false,
+        ),
+        (
+            "change a namespace",
+            json!({"resource": "namespaces", "verb": "patch", "name": "acme-1"}),
+            false,
+        ),
+        (
+            "read Secrets",
+            json!({"resource": "secrets", "verb": "get", "namespace": "acme-1"}),
+            false,
+        ),
+    ] {
+        assert_eq!(
+            allowed_for(&client, webhook_sa, attributes).await,
+            expected,
+            "the webhook may {what}: {expected}"
+        );
+    }
+
     // The Deployments: non-root, read-only root file system, no privilege escalation,
     // resources bounded, probed where the processes serve.
     for (_, doc) in created.iter().filter(|(k, _)| k == "Deployment") {
@@ -323,11 +372,17 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             }
             "tenantplane-webhook" => {
                 assert_eq!(container["args"][0], "webhook");
+                let args = container["args"].as_array().unwrap();
+                assert!(args.contains(&json!("--namespace-tenancy")), "{args:?}");
+                assert!(
+                    args.contains(&json!(format!("--admin-user={SA}"))),
+                    "the controller is exempt: {args:?}"
+                );
                 assert_eq!(probes.0["path"], "/healthz");
                 assert_eq!(probes.0["scheme"], "HTTPS");
                 assert_eq!(container["ports"][0]["containerPort"], 8443);
-                // The webhook never calls the API server: no token to steal.
-                assert_eq!(pod["automountServiceAccountToken"], false);
+                // Its own identity, not the controller's.
+                assert_eq!(pod["serviceAccountName"], "tenantplane-webhook");
             }
             other => panic!("unexpected Deployment {other}"),
         }
