@@ -502,6 +502,7 @@ impl ApiServer {
             if let Ok(request) = request
                 && let Ok(body) = client.request_text(request).await
                 && body.trim() == "ok"
+                && bootstrapped(&client).await
             {
                 return Ok(());
             }
@@ -553,4 +554,27 @@ fn free_port() -> Result<u16> {
 
 fn write(path: &Path, contents: &str) -> Result<()> {
     std::fs::write(path, contents).map_err(io_err(format!("write {}", path.display())))
+}
+
+/// Objects the API server creates for itself after it reports ready (the system
+/// namespaces and the `kubernetes` Service). Waiting for them keeps the server's own
+/// startup writes out of every test that counts writes.
+const BOOTSTRAP_OBJECTS: [&str; 5] = [
+    "/api/v1/namespaces/default",
+    "/api/v1/namespaces/kube-system",
+    "/api/v1/namespaces/kube-public",
+    "/api/v1/namespaces/kube-node-lease",
+    "/api/v1/namespaces/default/services/kubernetes",
+];
+
+async fn bootstrapped(client: &Client) -> bool {
+    for path in BOOTSTRAP_OBJECTS {
+        let Ok(request) = http::Request::get(path).body(Vec::new()) else {
+            return false;
+        };
+        if client.request_text(request).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
