@@ -7,6 +7,7 @@ pub mod conditions;
 pub mod explain;
 pub mod isolation;
 pub mod kinds;
+pub mod membership;
 pub mod metadata;
 pub mod names;
 pub mod naming;

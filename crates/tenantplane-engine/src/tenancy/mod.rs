@@ -19,10 +19,11 @@ mod members;
 mod release;
 mod status;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::RoleBinding;
@@ -30,10 +31,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tenantplane_api::{IsolationProfile, Tenant};
+use tenantplane_core::membership::MembershipIndex;
 use tenantplane_core::metadata::{
     COMPONENT_TENANT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY_VALUE,
 };
@@ -93,14 +95,36 @@ pub struct TenantControllerConfig {
 struct Context {
     host: Client,
     metrics: Arc<Metrics>,
+    /// Every namespace, as the watch that also feeds `index` last saw it.
+    namespaces: Store<Namespace>,
+    /// Member namespaces keyed by the owning Tenant's UID.
+    index: Arc<RwLock<MembershipIndex>>,
 }
 
 /// Runs the Tenant controller until `shutdown` fires.
 pub async fn run(config: TenantControllerConfig, shutdown: CancellationToken) {
     let host = config.host.clone();
+    // One namespace watch feeds the membership index, then the store, then the
+    // controller's triggers, so a reconcile never sees an event the index has not.
+    let index = Arc::new(RwLock::new(MembershipIndex::default()));
+    let (namespaces, writer) = reflector::store();
+    let feed = Arc::clone(&index);
+    let namespace_events = watcher(
+        Api::<Namespace>::all(host.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .map_ok(move |event| {
+        index_event(&feed, &event);
+        event
+    })
+    .reflect(writer)
+    .touched_objects();
     let ctx = Arc::new(Context {
         host: config.host,
         metrics: config.metrics,
+        namespaces,
+        index,
     });
     let controller = Controller::new(Api::<Tenant>::all(host.clone()), watcher::Config::default());
     let by_profile = controller.store();
@@ -108,11 +132,7 @@ pub async fn run(config: TenantControllerConfig, shutdown: CancellationToken) {
         "{LABEL_MANAGED_BY}={MANAGED_BY_VALUE},{LABEL_COMPONENT}={COMPONENT_TENANT}"
     ));
     controller
-        .watches(
-            Api::<Namespace>::all(host.clone()),
-            watcher::Config::default(),
-            namespace_tenants,
-        )
+        .watches_stream(namespace_events, namespace_tenants)
         .watches(
             Api::<RoleBinding>::all(host.clone()),
             children.clone(),
@@ -217,7 +237,56 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Ten
     result
 }
 
-/// The namespaces `tenant` owns by UID, and the names of those only labelled for it.
+/// Keeps the membership index in step with one namespace watch event. A relist
+/// (`Init` … `InitDone`) rebuilds it, so deletions missed while disconnected go.
+fn index_event(index: &RwLock<MembershipIndex>, event: &watcher::Event<Namespace>) {
+    let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
+    let empty = BTreeMap::new();
+    let record = |index: &mut MembershipIndex, ns: &Namespace| {
+        index.apply(
+            &ns.name_any(),
+            ns.owner_references(),
+            ns.metadata.labels.as_ref().unwrap_or(&empty),
+        );
+    };
+    match event {
+        watcher::Event::Init => *index = MembershipIndex::default(),
+        watcher::Event::InitApply(ns) | watcher::Event::Apply(ns) => record(&mut index, ns),
+        watcher::Event::Delete(ns) => index.delete(&ns.name_any()),
+        watcher::Event::InitDone => {}
+    }
+}
+
+/// The members of `tenant` from the index (verified against the cached namespace:
+/// kind, group, name and UID of the owner reference), and the names of the
+/// namespaces only labelled for it.
+async fn indexed_members(ctx: &Context, tenant: &Tenant) -> (Vec<Namespace>, Vec<String>) {
+    // Until the first list is in, an empty index would mean "no members".
+    let _ = ctx.namespaces.wait_until_ready().await;
+    let (owned, forged) = {
+        let index = ctx.index.read().unwrap_or_else(PoisonError::into_inner);
+        let uid = tenant.uid().unwrap_or_default();
+        (
+            index.owned_by(&uid),
+            index.only_labelled(&tenant.name_any(), &uid),
+        )
+    };
+    let members = owned
+        .iter()
+        .filter_map(|name| ctx.namespaces.get(&ObjectRef::new(name)))
+        .filter(|ns| {
+            ns.owner_references()
+                .iter()
+                .any(|r| is_tenant_owner_reference(r, tenant))
+        })
+        .map(|ns| (*ns).clone())
+        .collect();
+    (members, forged)
+}
+
+/// The namespaces `tenant` owns by UID, and the names of those only labelled for
+/// it, listed from the API server: the release on deletion must not miss a member
+/// because a cache lagged (the garbage collector would delete it).
 pub(crate) async fn find_members(
     host: &Client,
     tenant: &Tenant,
@@ -244,7 +313,7 @@ pub(crate) async fn find_members(
 async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, TenantError> {
     let name = tenant.name_any();
     let host = &ctx.host;
-    let (members, forged) = find_members(host, tenant).await?;
+    let (members, forged) = indexed_members(ctx, tenant).await;
     for namespace in &forged {
         tracing::warn!(tenant = %name, %namespace,
             "namespace is labelled for this Tenant but has no owner reference to it (kind, group and UID): not a member, not reconciled");
