@@ -30,7 +30,7 @@ use tenantplane_core::tenancy::{
     reserve_slot,
 };
 use tenantplane_core::tenant_admission::{
-    Admins, TenantIdentity, creation_identity, unchanged_identity,
+    Admins, TenantIdentity, cordon_refusal, creation_identity, unchanged_identity,
 };
 
 use crate::answer::{Refusal, decided, escape};
@@ -183,6 +183,10 @@ async fn create(
     let tenant_uid = tenant.metadata.uid.clone().unwrap_or_default();
     creation_identity(&asked, Some((&tenant_name, &tenant_uid)))
         .map_err(|err| Refusal::forbidden(err.to_string()))?;
+    // A cordoned tenant takes no new namespaces either.
+    if let Some(message) = cordon_refusal(tenant, name) {
+        return Err(Refusal::forbidden(message));
+    }
 
     // An existing namespace takes no slot: the API server answers AlreadyExists.
     if exists(&namespaces, name).await? {

@@ -800,6 +800,17 @@ async fn a_cordoned_tenant_refuses_writes_but_not_admins(cluster: &Cluster) {
         BY_RESOURCES,
         cordoned,
     );
+    // Nor can the owner open a new namespace in it (refused before the quota is
+    // even looked at).
+    assert_refused(
+        create_namespace(
+            &cluster.alice,
+            json!({"metadata": {"name": "acme-cordoned"}}),
+        )
+        .await,
+        BY_NAMESPACES,
+        cordoned,
+    );
     // Admins (tenantplane's controller, the platform group) keep working.
     for (who, client) in [
         ("controller", &cluster.controller),
