@@ -10,6 +10,7 @@ pub mod metadata;
 pub mod names;
 pub mod naming;
 pub mod plan;
+pub mod pods;
 pub mod provenance;
 pub mod quantity;
 pub mod tenancy;
