@@ -210,6 +210,18 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"group": "events.k8s.io", "resource": "events", "verb": "create", "namespace": "team-dev"}),
         ),
         (
+            "copy a synced Pod's claim",
+            json!({"resource": "persistentvolumeclaims", "verb": "create", "namespace": "team-dev"}),
+        ),
+        (
+            "copy the volume bound to it",
+            json!({"resource": "persistentvolumes", "verb": "create"}),
+        ),
+        (
+            "read the node a synced Pod runs on",
+            json!({"resource": "nodes", "verb": "get", "name": "node-a"}),
+        ),
+        (
             "hold its lease",
             json!({"group": "coordination.k8s.io", "resource": "leases", "verb": "update", "namespace": "tenantplane-system"}),
         ),
@@ -237,7 +249,15 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "write IsolationProfiles",
             json!({"group": "tenantplane.io", "resource": "isolationprofiles", "verb": "update"}),
         ),
-        ("touch nodes", json!({"resource": "nodes", "verb": "list"})),
+        ("list nodes", json!({"resource": "nodes", "verb": "list"})),
+        (
+            "write nodes",
+            json!({"resource": "nodes", "verb": "update", "name": "node-a"}),
+        ),
+        (
+            "list every volume",
+            json!({"resource": "persistentvolumes", "verb": "list"}),
+        ),
     ] {
         assert!(
             !allowed(&client, attributes).await,

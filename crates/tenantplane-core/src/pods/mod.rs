@@ -5,10 +5,12 @@
 
 pub mod host_pod;
 pub mod isolation;
+pub mod node;
 pub mod refcount;
 pub mod refs;
 pub mod status;
 pub mod storage;
+pub mod tokens;
 
 pub use host_pod::{
     HostPod, HostPodContext, HostPodError, TenantApiEndpoint, TokenProjection, to_host_pod,

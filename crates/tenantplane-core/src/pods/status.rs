@@ -62,7 +62,9 @@ pub fn pvc_status_update(
     copy_fields(tenant_status, host_status, &["capacity", "conditions"])
 }
 
-fn copy_fields(
+/// `tenant_status` with `fields` taken from `host_status` (absent there, absent
+/// here), or `None` when that changes nothing.
+pub(crate) fn copy_fields(
     tenant_status: Option<&Value>,
     host_status: Option<&Value>,
     fields: &[&str],
