@@ -783,3 +783,94 @@ async fn deleting_the_tenant_cluster_removes_what_pods_brought_and_releases_the_
     wait_gone(&tenant_pods, "web").await;
     controller.stop().await;
 }
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn no_secret_data_in_any_log_line_decision_or_event() {
+    // Every log line of this (single-threaded) test at trace level, into a buffer.
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (h, controller) = start().await;
+    create(&h.tenant, secret("shop", "db", "hunter2-in-a-secret")).await;
+    create(&h.tenant, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": "shop"}})).await;
+    create(&h.tenant, pod("web", json!({"serviceAccountName": "default",
+        "containers": [{"name": "app", "image": "nginx", "env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}]}],
+        "volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]}))).await;
+    // And a Pod refused by the profile, and one waiting for a missing Secret.
+    create(&h.tenant, pod("root", json!({"volumes": [{"name": "r", "hostPath": {"path": "/"}}],
+        "containers": [{"name": "app", "image": "nginx", "envFrom": [{"secretRef": {"name": "db"}}]}]}))).await;
+    create(&h.tenant, pod("waits", json!({"containers": [{"name": "app", "image": "nginx", "envFrom": [{"secretRef": {"name": "later"}}]}]}))).await;
+    wait_for(&h.host_api("v1", "Pod"), &predicted("web", "shop", "dev")).await;
+    let target = tenantplane_core::transform::TenantTarget::new("dev", HOST_NS).unwrap();
+    let token_secret = tenantplane_core::pods::host_pod::token_secret_name(&target, "shop", "web");
+    let tokens = wait_for(&h.host_api("v1", "Secret"), &token_secret).await;
+    let encoded = tokens.data["data"]["token-0-0"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let token = {
+        use base64::Engine as _;
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(&encoded)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    eventually("a Skip for each refused or waiting Pod", || async {
+        let d = h.decisions("dev").await;
+        (d.iter().filter(|d| d["action"] == "Skip").count() >= 2).then_some(())
+    })
+    .await;
+    controller.wait_passes("dev", 1).await;
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("decision"),
+        "the capture works: {} bytes",
+        logs.len()
+    );
+    let decisions = serde_json::to_string(&h.decisions("dev").await).unwrap();
+    let events = serde_json::to_string(
+        &dynamic(&h.tenant, "events.k8s.io/v1", "Event", Some("shop"))
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items,
+    )
+    .unwrap();
+    for (what, text) in [
+        ("logs", &logs),
+        ("decisions", &decisions),
+        ("events", &events),
+    ] {
+        for secret in [
+            "hunter2-in-a-secret",
+            "aHVudGVyMi1pbi1hLXNlY3JldA",
+            token.as_str(),
+            encoded.as_str(),
+        ] {
+            assert!(!text.contains(secret), "{what} contain Secret data");
+        }
+    }
+    controller.stop().await;
+}
