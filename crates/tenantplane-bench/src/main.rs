@@ -111,6 +111,42 @@ async fn main() -> Result<()> {
     }
 }
 
+/// etcd, the host and tenant API servers and their clients.
+struct Servers {
+    env: TestEnv,
+    host_server: ApiServer,
+    tenant_server: ApiServer,
+    host: Client,
+    tenant: Client,
+}
+
+/// Starts the servers, installs tenantplane's CRDs on the host, and creates the
+/// host namespace, `host_namespaces` and the tenant namespace.
+async fn start_servers(host_namespaces: &[&str]) -> Result<Servers> {
+    progress("starting etcd and the host and tenant API servers");
+    let env = TestEnv::start().await.context(
+        "start etcd (run scripts/test-apiserver.sh, or set KUBEBUILDER_ASSETS to a directory \
+         holding etcd and kube-apiserver)",
+    )?;
+    let host_server = env.start_apiserver("host").await?;
+    let tenant_server = env.start_apiserver("tenant").await?;
+    let host = host_server.client().await?;
+    let tenant = tenant_server.client().await?;
+    host_server.install_crds(tenantplane_api::crds()).await?;
+    create_namespace(&host, HOST_NS).await?;
+    for ns in host_namespaces {
+        create_namespace(&host, ns).await?;
+    }
+    create_namespace(&tenant, TENANT_NS).await?;
+    Ok(Servers {
+        env,
+        host_server,
+        tenant_server,
+        host,
+        tenant,
+    })
+}
+
 fn progress(message: &str) {
     eprintln!("[bench] {message}");
 }
@@ -495,21 +531,13 @@ async fn sync_benchmark(args: SyncArgs) -> Result<()> {
         .collect();
 
     // 1. The control plane and tenantplane's objects.
-    progress("starting etcd and the host and tenant API servers");
-    let env = TestEnv::start().await.context(
-        "start etcd (run scripts/test-apiserver.sh, or set KUBEBUILDER_ASSETS to a directory \
-         holding etcd and kube-apiserver)",
-    )?;
-    let host_server = env.start_apiserver("host").await?;
-    let tenant_server = env.start_apiserver("tenant").await?;
-    let host = host_server.client().await?;
-    let tenant = tenant_server.client().await?;
-    host_server.install_crds(tenantplane_api::crds()).await?;
-    create_namespace(&host, HOST_NS).await?;
-    for ns in [BASELINE_NS, BASELINE_AFTER_NS, WARMUP_NS] {
-        create_namespace(&host, ns).await?;
-    }
-    create_namespace(&tenant, TENANT_NS).await?;
+    let Servers {
+        env,
+        host_server,
+        tenant_server,
+        host,
+        tenant,
+    } = start_servers(&[BASELINE_NS, BASELINE_AFTER_NS, WARMUP_NS]).await?;
     install_tenantplane_objects(&host, &tenant_server, &[("v1", "ConfigMap")]).await?;
     let watched = procfs::Watched::new(host_server.pid(), tenant_server.pid());
     progress(&format!(

@@ -13,13 +13,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
-use tenantplane_testenv::TestEnv;
 use tokio::sync::mpsc;
 
 use super::{
-    BASELINE_NS, HOST_NS, RunningController, TENANT, TENANT_NS, create_namespace,
-    create_tenant_cluster, describe_writes, dynamic, install_tenantplane_objects, progress, rate,
-    secs,
+    BASELINE_NS, HOST_NS, RunningController, Servers, TENANT, TENANT_NS, create_tenant_cluster,
+    describe_writes, dynamic, install_tenantplane_objects, progress, rate, secs, start_servers,
 };
 
 #[derive(clap::Args, Clone, Copy)]
@@ -143,19 +141,13 @@ pub async fn pod_benchmark(args: PodArgs) -> Result<()> {
         bail!("--pods must be at least 1");
     }
     let workers = args.workers.max(1);
-    progress("starting etcd and the host and tenant API servers");
-    let env = TestEnv::start().await.context(
-        "start etcd (run scripts/test-apiserver.sh, or set KUBEBUILDER_ASSETS to a directory \
-         holding etcd and kube-apiserver)",
-    )?;
-    let host_server = env.start_apiserver("host").await?;
-    let tenant_server = env.start_apiserver("tenant").await?;
-    let host = host_server.client().await?;
-    let tenant = tenant_server.client().await?;
-    host_server.install_crds(tenantplane_api::crds()).await?;
-    create_namespace(&host, HOST_NS).await?;
-    create_namespace(&host, BASELINE_NS).await?;
-    create_namespace(&tenant, TENANT_NS).await?;
+    let Servers {
+        env: _env,
+        host_server,
+        tenant_server,
+        host,
+        tenant,
+    } = start_servers(&[BASELINE_NS]).await?;
     install_tenantplane_objects(&host, &tenant_server, &[("v1", "Pod")]).await?;
     let controller = RunningController::start(&host_server.client().await?, workers);
     let deadline = Duration::from_secs(300);

@@ -123,9 +123,9 @@ fn refused_message(refusals: &[PodRefusal]) -> String {
 const DEFAULT_TOKEN_SECONDS: i64 = 3600;
 
 /// The name of the host Secret holding the tokens of tenant Pod `namespace/name`.
-/// No tenant object's host name can take this form: an unhashed host name holds
-/// `-x-` twice, and a hashed one starts with the tenant object's name followed by
-/// `-x-` within its first 46 bytes.
+/// An unhashed host name never takes this form (it holds `-x-` twice), a hashed one
+/// only through a 64-bit hash collision; the engine checks the Secret's metadata
+/// before every write anyway.
 pub fn token_secret_name(target: &TenantTarget, namespace: &str, pod: &str) -> String {
     let hash = identity_hash(&SourceName {
         name: pod,

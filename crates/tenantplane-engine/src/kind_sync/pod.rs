@@ -206,29 +206,24 @@ impl KindSyncer {
             if records_host_pod(tenant_pod.pointer("/metadata/annotations")).is_some() {
                 return self.mark_lost(key, &tenant_pod, &host_name).await;
             }
-            return self.create_pod(key, &tenant_pod).await;
+            return self.create_or_update_pod(key, &tenant_pod, None).await;
         };
         // Exists: keep it up to date, then report back.
-        self.update_pod(key, &tenant_pod, &host_pod).await?;
+        self.create_or_update_pod(key, &tenant_pod, Some(&host_pod))
+            .await?;
         self.report_back(key, &tenant_pod, &host_pod).await
     }
 
-    async fn create_pod(&self, key: &Key, tenant_pod: &Value) -> Result<(), SyncError> {
-        // The finalizer first: from here on the tenant Pod cannot disappear before
-        // its host copy is gone.
-        self.ensure_finalizer(key, tenant_pod).await?;
-        self.apply_pod(key, tenant_pod, None).await
-    }
-
-    async fn update_pod(
+    /// The finalizer first (from then on the tenant Pod cannot disappear before its
+    /// host copy is gone), then the host Pod.
+    async fn create_or_update_pod(
         &self,
         key: &Key,
         tenant_pod: &Value,
-        host_pod: &Value,
+        host_pod: Option<&Value>,
     ) -> Result<(), SyncError> {
         self.ensure_finalizer(key, tenant_pod).await?;
-        self.apply_pod(key, tenant_pod, Some(host_pod.clone()))
-            .await
+        self.apply_pod(key, tenant_pod, host_pod.cloned()).await
     }
 
     /// Plans the host Pod, brings its dependencies, and writes it.
