@@ -5,6 +5,7 @@
 //! Not a test: it prints a report and fails only on errors, never on a missed
 //! target (those are marked MISSED).
 
+mod pods;
 mod procfs;
 
 use std::collections::HashSet;
@@ -68,6 +69,8 @@ struct Cli {
 enum Command {
     /// ConfigMaps tenant -> host, against a plain client on the same host API server.
     Sync(SyncArgs),
+    /// Pods with 2 ConfigMaps and 1 Secret each, tenant -> host, against a plain client.
+    Pods(pods::PodArgs),
 }
 
 #[derive(clap::Args, Clone, Copy)]
@@ -104,7 +107,44 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Sync(args) => sync_benchmark(args).await,
+        Command::Pods(args) => pods::pod_benchmark(args).await,
     }
+}
+
+/// etcd, the host and tenant API servers and their clients.
+struct Servers {
+    env: TestEnv,
+    host_server: ApiServer,
+    tenant_server: ApiServer,
+    host: Client,
+    tenant: Client,
+}
+
+/// Starts the servers, installs tenantplane's CRDs on the host, and creates the
+/// host namespace, `host_namespaces` and the tenant namespace.
+async fn start_servers(host_namespaces: &[&str]) -> Result<Servers> {
+    progress("starting etcd and the host and tenant API servers");
+    let env = TestEnv::start().await.context(
+        "start etcd (run scripts/test-apiserver.sh, or set KUBEBUILDER_ASSETS to a directory \
+         holding etcd and kube-apiserver)",
+    )?;
+    let host_server = env.start_apiserver("host").await?;
+    let tenant_server = env.start_apiserver("tenant").await?;
+    let host = host_server.client().await?;
+    let tenant = tenant_server.client().await?;
+    host_server.install_crds(tenantplane_api::crds()).await?;
+    create_namespace(&host, HOST_NS).await?;
+    for ns in host_namespaces {
+        create_namespace(&host, ns).await?;
+    }
+    create_namespace(&tenant, TENANT_NS).await?;
+    Ok(Servers {
+        env,
+        host_server,
+        tenant_server,
+        host,
+        tenant,
+    })
 }
 
 fn progress(message: &str) {
@@ -189,7 +229,15 @@ async fn create_json(client: &Client, object: Value) -> Result<()> {
 }
 
 /// The tenantplane objects of the benchmark, except the TenantCluster.
-async fn install_tenantplane_objects(host: &Client, tenant_server: &ApiServer) -> Result<()> {
+async fn install_tenantplane_objects(
+    host: &Client,
+    tenant_server: &ApiServer,
+    kinds: &[(&str, &str)],
+) -> Result<()> {
+    let resources: Vec<Value> = kinds
+        .iter()
+        .map(|(api_version, kind)| json!({"apiVersion": api_version, "kind": kind, "direction": "toHost"}))
+        .collect();
     create_json(
         host,
         json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile",
@@ -204,7 +252,7 @@ async fn install_tenantplane_objects(host: &Client, tenant_server: &ApiServer) -
                "metadata": {"name": "bench"},
                "spec": {"driftDetection": {"enabled": true, "interval": DRIFT_INTERVAL},
                         "explain": {"recordDecisions": true, "retain": 100},
-                        "resources": [{"apiVersion": "v1", "kind": "ConfigMap", "direction": "toHost"}]}}),
+                        "resources": resources}}),
     )
     .await?;
     let secrets: Api<Secret> = Api::namespaced(host.clone(), HOST_NS);
@@ -483,22 +531,14 @@ async fn sync_benchmark(args: SyncArgs) -> Result<()> {
         .collect();
 
     // 1. The control plane and tenantplane's objects.
-    progress("starting etcd and the host and tenant API servers");
-    let env = TestEnv::start().await.context(
-        "start etcd (run scripts/test-apiserver.sh, or set KUBEBUILDER_ASSETS to a directory \
-         holding etcd and kube-apiserver)",
-    )?;
-    let host_server = env.start_apiserver("host").await?;
-    let tenant_server = env.start_apiserver("tenant").await?;
-    let host = host_server.client().await?;
-    let tenant = tenant_server.client().await?;
-    host_server.install_crds(tenantplane_api::crds()).await?;
-    create_namespace(&host, HOST_NS).await?;
-    for ns in [BASELINE_NS, BASELINE_AFTER_NS, WARMUP_NS] {
-        create_namespace(&host, ns).await?;
-    }
-    create_namespace(&tenant, TENANT_NS).await?;
-    install_tenantplane_objects(&host, &tenant_server).await?;
+    let Servers {
+        env,
+        host_server,
+        tenant_server,
+        host,
+        tenant,
+    } = start_servers(&[BASELINE_NS, BASELINE_AFTER_NS, WARMUP_NS]).await?;
+    install_tenantplane_objects(&host, &tenant_server, &[("v1", "ConfigMap")]).await?;
     let watched = procfs::Watched::new(host_server.pid(), tenant_server.pid());
     progress(&format!(
         "starting the controller in-process ({workers} writers per kind)"

@@ -12,6 +12,7 @@ pub mod metadata;
 pub mod names;
 pub mod naming;
 pub mod plan;
+pub mod pods;
 pub mod pool;
 pub mod provenance;
 pub mod quantity;

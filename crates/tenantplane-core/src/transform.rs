@@ -151,6 +151,29 @@ pub fn place(
     name: &str,
     uid: Option<&str>,
 ) -> Result<Placement, TransformError> {
+    place_with(
+        target,
+        group_kind,
+        scope,
+        virtual_namespace,
+        name,
+        uid,
+        false,
+    )
+}
+
+/// [`place`], optionally letting through the tenant's own infrastructure: a Pod that
+/// mounts `kube-root-ca.crt` needs that ConfigMap on the host, to trust its own API
+/// server, even though the ConfigMap is never synced for its own sake.
+fn place_with(
+    target: &TenantTarget,
+    group_kind: &GroupKind,
+    scope: Scope,
+    virtual_namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+    allow_infrastructure: bool,
+) -> Result<Placement, TransformError> {
     check_syncable(group_kind, scope)?;
     validate_namespace_name(virtual_namespace).map_err(|error| TransformError::InvalidName {
         field: "virtual namespace",
@@ -161,7 +184,7 @@ pub fn place(
             namespace: virtual_namespace.to_owned(),
         });
     }
-    if is_tenant_infrastructure(group_kind, virtual_namespace, name) {
+    if !allow_infrastructure && is_tenant_infrastructure(group_kind, virtual_namespace, name) {
         return Err(TransformError::TenantInfrastructure {
             kind: group_kind.to_string(),
             namespace: virtual_namespace.to_owned(),
@@ -199,6 +222,26 @@ pub fn to_host(
     scope: Scope,
     tenant_object: &Value,
 ) -> Result<(Placement, Value), TransformError> {
+    to_host_with(target, group_kind, scope, tenant_object, false)
+}
+
+/// [`to_host`] for an object a synced Pod depends on: the tenant's own
+/// infrastructure (its `kube-root-ca.crt`) is copied too.
+pub fn dependency_to_host(
+    target: &TenantTarget,
+    group_kind: &GroupKind,
+    tenant_object: &Value,
+) -> Result<(Placement, Value), TransformError> {
+    to_host_with(target, group_kind, Scope::Namespaced, tenant_object, true)
+}
+
+fn to_host_with(
+    target: &TenantTarget,
+    group_kind: &GroupKind,
+    scope: Scope,
+    tenant_object: &Value,
+    allow_infrastructure: bool,
+) -> Result<(Placement, Value), TransformError> {
     let object = tenant_object
         .as_object()
         .ok_or(TransformError::Malformed { field: "metadata" })?;
@@ -222,7 +265,15 @@ pub fn to_host(
         field: "metadata.namespace",
     })?;
     let uid = meta.get("uid").and_then(Value::as_str);
-    let placement = place(target, group_kind, scope, namespace, name, uid)?;
+    let placement = place_with(
+        target,
+        group_kind,
+        scope,
+        namespace,
+        name,
+        uid,
+        allow_infrastructure,
+    )?;
 
     let mut host = object.clone();
     host.remove("status");

@@ -14,7 +14,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{
-    DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, Preconditions,
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Preconditions,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::discovery::pinned_kind;
@@ -39,8 +40,14 @@ use crate::conditions::ConditionSet;
 use crate::decisions::{MANAGER, RecorderConfig, TenantDecision, start_recorder};
 use crate::engine::{Engine, EngineSpec, KindState};
 use crate::isolation::apply_isolation;
+use crate::kind_sync::{PodSettings, release_pod_finalizers};
 use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER};
 use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane};
+use tenantplane_core::metadata::ANNOTATION_VIRTUAL_NAME;
+use tenantplane_core::pods::PodControls;
+use tenantplane_core::pods::host_pod::TOKEN_SECRET_PREFIX;
+use tenantplane_core::pods::storage::pv_is_ours;
+use tenantplane_core::pods::tokens::TOKEN_KIND;
 
 /// Holds the TenantCluster until its host objects are gone.
 pub const FINALIZER: &str = "tenantplane.io/cleanup";
@@ -494,6 +501,13 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                         policy: resolved.policy.spec.clone(),
                         fairness: resolved.profile.spec.effective_controls().api_fairness,
                         workers: ctx.config.workers,
+                        pods: PodSettings {
+                            controls: PodControls::from(
+                                &resolved.profile.spec.effective_controls(),
+                            ),
+                            endpoint: Some(resolved.endpoint.clone()),
+                            synced_kinds: Default::default(),
+                        },
                     },
                     sender,
                     Arc::clone(&ctx.config.metrics),
@@ -614,7 +628,20 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
         .await
         .remove(&(namespace.clone(), name.clone()))
     {
+        let tenant = running.engine.tenant.clone();
         stop(running).await;
+        // Tenant Pods carry a finalizer only a running engine removes. A tenant API
+        // server that does not answer is not waited for: its Pods keep the
+        // finalizer (see the README) and the TenantCluster still goes.
+        match tokio::time::timeout(TENANT_TIMEOUT, release_pod_finalizers(&tenant)).await {
+            Ok(Ok(released)) => tracing::info!(tenant = %name, released, "tenant Pods released"),
+            Ok(Err(err)) => {
+                tracing::warn!(tenant = %name, %err, "could not release the tenant's Pods")
+            }
+            Err(_) => {
+                tracing::warn!(tenant = %name, "the tenant API server did not answer; its Pods keep tenantplane's finalizer")
+            }
+        }
     }
     let host = &ctx.config.host;
     let mut kinds: BTreeSet<(String, String)> = tc
@@ -639,7 +666,14 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
                 .map(|r| (r.api_version.clone(), r.kind.clone())),
         );
     }
-    let mut deleted = 0usize;
+    if kinds.contains(&("v1".to_owned(), "Pod".to_owned())) {
+        // What synced Pods brought along: their dependency copies (they reverse-map
+        // to this tenant like any copy), token Secrets and volumes (below).
+        for kind in ["ConfigMap", "Secret", "PersistentVolumeClaim"] {
+            kinds.insert(("v1".to_owned(), kind.to_owned()));
+        }
+    }
+    let mut deleted = cleanup_pod_extras(host, &namespace, &name).await?;
     for (api_version, kind) in kinds {
         let Ok(group_kind) = GroupKind::from_api_version(&api_version, &kind) else {
             continue;
@@ -651,32 +685,14 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
             continue;
         };
         let api: Api<DynamicObject> = Api::namespaced_with(host.clone(), &namespace, &resource);
-        let list = api
-            .list(&ListParams::default().labels(&host_selector(&name, &group_kind)))
-            .await?;
-        for obj in list {
-            let obj_name = obj.name_any();
+        // Labels can be copied by hand: delete only what reverse-maps to this tenant.
+        deleted += delete_matching(&api, &host_selector(&name, &group_kind), |obj| {
             let labels = obj.metadata.labels.clone().unwrap_or_default();
             let annotations = obj.metadata.annotations.clone().unwrap_or_default();
-            // Labels can be copied by hand: delete only what reverse-maps to this tenant.
-            let ours = reverse_lookup(&obj_name, &labels, &annotations)
-                .is_ok_and(|id| id.tenant == name && id.group_kind == group_kind);
-            if !ours {
-                continue;
-            }
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: obj.uid(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match api.delete(&obj_name, &params).await {
-                Ok(_) => deleted += 1,
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+            reverse_lookup(&obj.name_any(), &labels, &annotations)
+                .is_ok_and(|id| id.tenant == name && id.group_kind == group_kind)
+        })
+        .await?;
     }
     // A provisioned control plane lives in its own namespace, out of reach of
     // owner references: remove it explicitly.
@@ -689,6 +705,72 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
     }
     tracing::info!(tenant = %name, namespace = %namespace, deleted, "TenantCluster deleted; its host objects were removed");
     Ok(Action::await_change())
+}
+
+/// Removes the token Secrets and PersistentVolume copies of a TenantCluster's Pods:
+/// only those whose labels and annotations name this very tenant.
+async fn cleanup_pod_extras(
+    host: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<usize, ReconcileError> {
+    let mut deleted = 0;
+    let secrets: Api<DynamicObject> = Api::namespaced_with(
+        host.clone(),
+        namespace,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret")),
+    );
+    let token_selector = host_selector(name, &GroupKind::new("", TOKEN_KIND));
+    let volumes: Api<DynamicObject> = Api::all_with(
+        host.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "PersistentVolume")),
+    );
+    let volume_selector = host_selector(name, &GroupKind::new("", "PersistentVolume"));
+    deleted += delete_matching(&secrets, &token_selector, |o| {
+        o.name_any().starts_with(TOKEN_SECRET_PREFIX)
+    })
+    .await?;
+    deleted += delete_matching(&volumes, &volume_selector, |o| {
+        let Ok(value) = serde_json::to_value(o) else {
+            return false;
+        };
+        let virtual_name = o
+            .annotations()
+            .get(ANNOTATION_VIRTUAL_NAME)
+            .cloned()
+            .unwrap_or_default();
+        TenantTarget::new(name, namespace).is_ok_and(|t| pv_is_ours(&t, &virtual_name, &value))
+    })
+    .await?;
+    Ok(deleted)
+}
+
+/// Deletes, with a UID precondition, each object of `api` matching `selector` that
+/// `is_ours` accepts.
+async fn delete_matching(
+    api: &Api<DynamicObject>,
+    selector: &str,
+    is_ours: impl Fn(&DynamicObject) -> bool,
+) -> Result<usize, ReconcileError> {
+    let mut deleted = 0;
+    for obj in api.list(&ListParams::default().labels(selector)).await? {
+        if !is_ours(&obj) {
+            continue;
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: obj.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&obj.name_any(), &params).await {
+            Ok(_) => deleted += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(deleted)
 }
 
 #[cfg(test)]

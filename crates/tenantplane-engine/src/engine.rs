@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decisions::DecisionSender;
 use crate::fairness::WriteBudget;
-use crate::kind_sync::{KindProgress, KindSyncer, SyncContext};
+use crate::kind_sync::{KindProgress, KindSyncer, PodSettings, SyncContext};
 use crate::metrics::Metrics;
 
 /// What an engine is started with.
@@ -26,6 +26,8 @@ pub struct EngineSpec {
     pub fairness: ApiFairness,
     /// Concurrent writers per kind.
     pub workers: usize,
+    /// How Pods are synced (isolation controls, the tenant API endpoint).
+    pub pods: PodSettings,
 }
 
 /// The state of one kind of the policy.
@@ -44,6 +46,8 @@ pub struct Engine {
     cancel: CancellationToken,
     tasks: tokio::task::JoinSet<()>,
     pub kinds: BTreeMap<PolicyKind, KindState>,
+    /// The tenant API server, for releasing its Pods when the TenantCluster goes.
+    pub tenant: Client,
 }
 
 impl Engine {
@@ -67,6 +71,14 @@ impl Engine {
         } else {
             None
         };
+        let mut pod_settings = spec.pods;
+        pod_settings.synced_kinds = spec
+            .policy
+            .resources
+            .iter()
+            .filter(|r| r.direction == SyncDirection::ToHost)
+            .filter_map(|r| GroupKind::from_api_version(&r.api_version, &r.kind).ok())
+            .collect();
         let ctx = Arc::new(SyncContext {
             target: spec.target,
             host: host.clone(),
@@ -76,6 +88,7 @@ impl Engine {
             metrics,
             workers: spec.workers,
             resync,
+            pods: pod_settings,
         });
         let cancel = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
@@ -115,6 +128,7 @@ impl Engine {
             cancel,
             tasks,
             kinds,
+            tenant,
         }
     }
 

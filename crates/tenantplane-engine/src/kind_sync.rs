@@ -35,6 +35,12 @@ use crate::fairness::WriteBudget;
 use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
+mod pod;
+mod storage;
+mod tenant_view;
+
+pub use pod::{PodSettings, release_pod_finalizers};
+
 /// Watch retries: quick at first and capped at a few seconds (kube's default grows
 /// to 30s), so a tenant API server that comes back is seen again promptly.
 #[derive(Debug)]
@@ -84,6 +90,8 @@ pub struct SyncContext {
     pub workers: usize,
     /// Time between full passes; `None` disables drift detection.
     pub resync: Option<Duration>,
+    /// How core Pods are synced (their kind takes the Pod path).
+    pub pods: PodSettings,
 }
 
 /// Progress of one kind, read by the controller for conditions and by tests.
@@ -145,6 +153,8 @@ pub struct KindSyncer {
     /// `wait_until_ready` wakes only one waiter, so one task waits and fires this.)
     ready: CancellationToken,
     pub progress: Arc<KindProgress>,
+    /// Set for core Pods: the Pod path (dependencies, finalizers, status back).
+    pods: Option<pod::PodPath>,
 }
 
 impl KindSyncer {
@@ -159,6 +169,7 @@ impl KindSyncer {
         progress: Arc<KindProgress>,
         cancel: CancellationToken,
     ) {
+        let group_kind_is_pod = group_kind == GroupKind::new("", "Pod");
         let tenant_api: Api<DynamicObject> = Api::all_with(ctx.tenant.clone(), &tenant_resource);
         let host_api: Api<DynamicObject> =
             Api::namespaced_with(ctx.host.clone(), &ctx.target.host_namespace, &host_resource);
@@ -182,6 +193,8 @@ impl KindSyncer {
             attempts: Mutex::new(HashMap::new()),
             ready: CancellationToken::new(),
             progress,
+            pods: (group_kind_is_pod)
+                .then(|| pod::PodPath::new(ctx.pods.clone(), ctx.tenant.clone())),
         });
 
         let mut tasks = tokio::task::JoinSet::new();
@@ -307,6 +320,10 @@ impl KindSyncer {
             if let Some(key) = self.key_of_host(&obj) {
                 self.queue.add(key);
             }
+        }
+        if self.pods.is_some() {
+            // Dependency copies whose last Pod went while nobody was watching.
+            self.queue.add(pod::gc_key());
         }
     }
 
@@ -470,9 +487,14 @@ impl KindSyncer {
             .inc();
     }
 
-    async fn sync(&self, key: &Key) -> Result<(), SyncError> {
+    /// The tenant object of `key`, its host name, and its host copy, from the caches.
+    fn cached_pair(&self, key: &Key) -> Result<(Option<Value>, String, Option<Value>), SyncError> {
         let tenant_ref = ObjectRef::new_with(&key.1, self.tenant_resource.clone()).within(&key.0);
-        let tenant_obj = self.tenant_store.get(&tenant_ref);
+        let tenant_obj = self
+            .tenant_store
+            .get(&tenant_ref)
+            .map(|o| typed_value(&o, &self.tenant_resource))
+            .transpose()?;
         let host_name = host_name(&SourceName {
             name: &key.1,
             virtual_namespace: &key.0,
@@ -486,11 +508,16 @@ impl KindSyncer {
             .get(&host_ref)
             .map(|o| typed_value(&o, &self.host_resource))
             .transpose()?;
+        Ok((tenant_obj, host_name, host_obj))
+    }
+
+    async fn sync(&self, key: &Key) -> Result<(), SyncError> {
+        if self.pods.is_some() {
+            return self.sync_pod(key).await;
+        }
+        let (tenant_obj, host_name, host_obj) = self.cached_pair(key)?;
         match tenant_obj {
-            Some(tenant_obj) => {
-                let tenant_value = typed_value(&tenant_obj, &self.tenant_resource)?;
-                self.apply(key, &tenant_value, host_obj).await
-            }
+            Some(tenant_value) => self.apply(key, &tenant_value, host_obj).await,
             None => match host_obj {
                 Some(host_obj) => self.collect(key, &host_name, &host_obj).await,
                 None => Ok(()),

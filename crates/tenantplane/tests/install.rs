@@ -247,6 +247,22 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "bind", "name": "tenantplane-namespace-deleter"}),
         ),
         (
+            "copy a synced Pod's claim",
+            json!({"resource": "persistentvolumeclaims", "verb": "create", "namespace": "team-dev"}),
+        ),
+        (
+            "find a deleted TenantCluster's volume copies",
+            json!({"resource": "persistentvolumes", "verb": "list"}),
+        ),
+        (
+            "copy the volume bound to it",
+            json!({"resource": "persistentvolumes", "verb": "create"}),
+        ),
+        (
+            "read the node a synced Pod runs on",
+            json!({"resource": "nodes", "verb": "get", "name": "node-a"}),
+        ),
+        (
             "hold its lease",
             json!({"group": "coordination.k8s.io", "resource": "leases", "verb": "update", "namespace": "tenantplane-system"}),
         ),
@@ -278,7 +294,6 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "edit ResourcePoolClaims",
             json!({"group": "tenantplane.io", "resource": "resourcepoolclaims", "verb": "update", "namespace": "team-dev"}),
         ),
-        ("touch nodes", json!({"resource": "nodes", "verb": "list"})),
         (
             "bind cluster-admin",
             json!({"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "bind", "name": "cluster-admin"}),
@@ -286,6 +301,15 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
         (
             "escalate ClusterRoles",
             json!({"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "escalate", "name": "admin"}),
+        ),
+        ("list nodes", json!({"resource": "nodes", "verb": "list"})),
+        (
+            "write nodes",
+            json!({"resource": "nodes", "verb": "update", "name": "node-a"}),
+        ),
+        (
+            "update a volume",
+            json!({"resource": "persistentvolumes", "verb": "update", "name": "pv-1"}),
         ),
     ] {
         assert!(

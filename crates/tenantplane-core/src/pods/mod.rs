@@ -1,0 +1,19 @@
+//! Pods and everything they use, as pure functions: the references of a Pod, its
+//! host Pod (references rewritten, pointed at the tenant's API server, tokens from
+//! a host Secret, the IsolationProfile enforced), PVC/PV copies, what flows back to
+//! the tenant, and which dependency copies are still needed.
+
+pub mod host_pod;
+pub mod isolation;
+pub mod node;
+pub mod refcount;
+pub mod refs;
+pub mod status;
+pub mod storage;
+pub mod tokens;
+
+pub use host_pod::{
+    HostPod, HostPodContext, HostPodError, TenantApiEndpoint, TokenProjection, to_host_pod,
+};
+pub use isolation::{PodControls, PodRefusal, check_pod};
+pub use refs::{Dependency, DependencyKind, PodReference, dependencies, pod_references};

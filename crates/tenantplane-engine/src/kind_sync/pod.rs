@@ -1,0 +1,803 @@
+//! The Pod path of a [`KindSyncer`]: a tenant Pod becomes a host Pod only with
+//! everything it uses (ConfigMaps, Secrets, PVCs with their PV), under the
+//! IsolationProfile; its host status flows back; its deletion waits for the host
+//! Pod (finalizer); dependency copies no Pod uses any more are removed.
+//!
+//! It reuses the generic machinery of the kind: the same watches, queue, passes,
+//! plan ([`plan_apply`]) and writes ([`KindSyncer::carry_out`]).
+
+use std::collections::BTreeSet;
+use std::sync::PoisonError;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Preconditions,
+};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
+use tenantplane_core::kinds::GroupKind;
+use tenantplane_core::metadata::host_selector;
+use tenantplane_core::naming::{SourceName, host_name};
+use tenantplane_core::plan::{ApplyPlan, plan_apply, stamp_desired_hash};
+use tenantplane_core::pods::refcount::{
+    ANNOTATION_POD_DEPENDENCY, DependencyKey, is_collectable, needed_dependencies,
+};
+use tenantplane_core::pods::status::{
+    FINALIZER, REASON_PHYSICAL_POD_LOST, lost_pod_status, mapping_annotations, pod_status_update,
+    records_host_pod,
+};
+use tenantplane_core::pods::{
+    DependencyKind, HostPodContext, HostPodError, PodControls, TenantApiEndpoint, dependencies,
+    to_host_pod,
+};
+use tenantplane_core::provenance::reverse_lookup;
+use tenantplane_core::transform::dependency_to_host;
+
+use super::{Key, KindSyncer, SyncError, post_params, typed_value};
+
+/// What the Pod path needs beyond a kind's syncer.
+#[derive(Clone, Debug, Default)]
+pub struct PodSettings {
+    pub controls: PodControls,
+    /// The tenant API server's URL, as Pods on the host reach it.
+    pub endpoint: Option<String>,
+    /// Kinds the SyncPolicy syncs for their own sake: their copies are never
+    /// removed by reference counting.
+    pub synced_kinds: BTreeSet<GroupKind>,
+}
+
+/// The Pod path's state, built once per syncer.
+pub(super) struct PodPath {
+    context: HostPodContext,
+    synced_kinds: BTreeSet<GroupKind>,
+    events: Recorder,
+}
+
+/// The key a full pass queues to run dependency garbage collection (no Pod has an
+/// empty namespace or name).
+pub(super) fn gc_key() -> Key {
+    (String::new(), String::new())
+}
+
+impl PodPath {
+    pub(super) fn new(settings: PodSettings, tenant: Client) -> Self {
+        let reporter = Reporter {
+            controller: "tenantplane.io/sync-engine".into(),
+            instance: None,
+        };
+        Self {
+            context: HostPodContext {
+                controls: settings.controls,
+                api_endpoint: settings
+                    .endpoint
+                    .as_deref()
+                    .and_then(TenantApiEndpoint::from_url),
+            },
+            synced_kinds: settings.synced_kinds,
+            events: Recorder::new(tenant, reporter),
+        }
+    }
+}
+
+/// Whether a dependency is on the host, or why the Pod must wait.
+pub(super) enum DependencyState {
+    Ready,
+    Waiting(String),
+}
+
+fn core_resource(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", kind))
+}
+
+fn api_error(verb: &'static str, name: &str) -> impl FnOnce(kube::Error) -> SyncError {
+    let name = name.to_owned();
+    move |source| SyncError::Api { verb, name, source }
+}
+
+/// Removes tenantplane's finalizer from every tenant Pod: the TenantCluster is
+/// going, its host copies are removed by the controller, and nothing would ever
+/// release these Pods otherwise. Returns how many were released.
+pub async fn release_pod_finalizers(tenant: &Client) -> Result<usize, kube::Error> {
+    let pods: Api<DynamicObject> = Api::all_with(tenant.clone(), &core_resource("Pod"));
+    let mut released = 0;
+    for pod in pods.list(&ListParams::default()).await? {
+        let finalizers = pod.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == FINALIZER) {
+            continue;
+        }
+        let (Some(namespace), Some(name)) =
+            (pod.metadata.namespace.clone(), pod.metadata.name.clone())
+        else {
+            continue;
+        };
+        let remaining: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
+        let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": pod.metadata.resource_version}});
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(tenant.clone(), &namespace, &core_resource("Pod"));
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => released += 1,
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(released)
+}
+
+/// `GET` one object as JSON with its kind; `None` when it does not exist.
+pub(super) async fn get_value(
+    api: &Api<DynamicObject>,
+    resource: &ApiResource,
+    name: &str,
+) -> Result<Option<Value>, SyncError> {
+    api.get_opt(name)
+        .await
+        .map_err(api_error("get", name))?
+        .map(|o| typed_value(&o, resource))
+        .transpose()
+}
+
+/// `PUT <resource>/status`: `object` (as observed, with its resourceVersion)
+/// carrying `status`.
+pub(super) async fn put_status(
+    api: &Api<DynamicObject>,
+    object: &Value,
+    status: Value,
+) -> Result<(), SyncError> {
+    let name = str_at(object, "/metadata/name").unwrap_or_default();
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.insert("status".into(), status);
+    }
+    let body: DynamicObject =
+        serde_json::from_value(object).map_err(|e| SyncError::Decode(e.to_string()))?;
+    api.replace_status(&name, &post_params(), &body)
+        .await
+        .map_err(api_error("update the status of", &name))?;
+    Ok(())
+}
+
+fn to_value(object: &DynamicObject) -> Result<Value, SyncError> {
+    serde_json::to_value(object).map_err(|e| SyncError::Decode(e.to_string()))
+}
+
+impl KindSyncer {
+    fn pod_path(&self) -> Result<&PodPath, SyncError> {
+        self.pods
+            .as_ref()
+            .ok_or_else(|| SyncError::Decode("the Pod path is not configured".into()))
+    }
+
+    fn tenant_pods(&self, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.ctx.tenant.clone(), namespace, &self.tenant_resource)
+    }
+
+    /// Syncs one tenant Pod (or, for [`gc_key`], collects unused dependency copies).
+    pub(super) async fn sync_pod(&self, key: &Key) -> Result<(), SyncError> {
+        if *key == gc_key() {
+            self.collect_nodes().await?;
+            return self.collect_dependencies().await;
+        }
+        let (tenant_pod, host_name, host_pod) = self.cached_pair(key)?;
+        let Some(tenant_pod) = tenant_pod else {
+            // Gone without our finalizer (it was never synced, or removed by hand).
+            if let Some(host_pod) = host_pod {
+                self.collect(key, &host_name, &host_pod).await?;
+            }
+            return self.collect_dependencies().await;
+        };
+        if tenant_pod.pointer("/metadata/deletionTimestamp").is_some() {
+            return self
+                .finalize_pod(key, &tenant_pod, &host_name, host_pod.as_ref())
+                .await;
+        }
+        let status = tenant_pod.get("status");
+        if status.and_then(|s| s.get("reason")).and_then(Value::as_str)
+            == Some(REASON_PHYSICAL_POD_LOST)
+        {
+            return Ok(());
+        }
+        let Some(host_pod) = host_pod else {
+            if records_host_pod(tenant_pod.pointer("/metadata/annotations")).is_some() {
+                return self.mark_lost(key, &tenant_pod, &host_name).await;
+            }
+            return self.create_or_update_pod(key, &tenant_pod, None).await;
+        };
+        // Exists: keep it up to date, then report back.
+        self.create_or_update_pod(key, &tenant_pod, Some(&host_pod))
+            .await?;
+        self.report_back(key, &tenant_pod, &host_pod).await
+    }
+
+    /// The finalizer first (from then on the tenant Pod cannot disappear before its
+    /// host copy is gone), then the host Pod.
+    async fn create_or_update_pod(
+        &self,
+        key: &Key,
+        tenant_pod: &Value,
+        host_pod: Option<&Value>,
+    ) -> Result<(), SyncError> {
+        self.ensure_finalizer(key, tenant_pod).await?;
+        self.apply_pod(key, tenant_pod, host_pod.cloned()).await
+    }
+
+    /// Plans the host Pod, brings its dependencies, and writes it.
+    async fn apply_pod(
+        &self,
+        key: &Key,
+        tenant_pod: &Value,
+        host_pod: Option<Value>,
+    ) -> Result<(), SyncError> {
+        let path = self.pod_path()?;
+        let uid = str_at(tenant_pod, "/metadata/uid");
+        let host_name = host_name(&SourceName {
+            name: &key.1,
+            virtual_namespace: &key.0,
+            tenant: &self.ctx.target.tenant,
+        })
+        .name;
+        let built = match to_host_pod(&self.ctx.target, tenant_pod, &path.context) {
+            Ok(built) => built,
+            Err(err) => {
+                if let HostPodError::Refused(refusals) = &err
+                    && self.skip_is_new(&host_name, &err.to_string())
+                {
+                    let fields: Vec<&str> = refusals.iter().map(|r| r.field.as_str()).collect();
+                    self.warn_tenant_pod(
+                        tenant_pod,
+                        "IsolationRefused",
+                        format!(
+                            "not synced to the host: the IsolationProfile refuses {}",
+                            fields.join(", ")
+                        ),
+                    )
+                    .await;
+                }
+                self.skip_once(key, uid, &host_name, "", format!("cannot be synced: {err}"));
+                return Ok(());
+            }
+        };
+        for (dependency, (required, field)) in dependencies(&built.references) {
+            let state = self
+                .ensure_dependency(key, dependency.kind, &key.0, &dependency.name, &field)
+                .await?;
+            if let DependencyState::Waiting(why) = state
+                && required
+            {
+                self.skip_once(
+                    key,
+                    uid,
+                    &host_name,
+                    "",
+                    format!(
+                        "waits for {} {}/{} ({field}): {why}",
+                        dependency.kind, key.0, dependency.name
+                    ),
+                );
+                return Ok(());
+            }
+        }
+        if let DependencyState::Waiting(why) = self.ensure_tokens(key, tenant_pod, &built).await? {
+            self.skip_once(
+                key,
+                uid,
+                &host_name,
+                "",
+                format!("waits for its service-account tokens: {why}"),
+            );
+            return Ok(());
+        }
+        let mut desired = built.object;
+        let hash = stamp_desired_hash(&mut desired);
+        let source = built
+            .placement
+            .source_identity(&self.ctx.target.tenant, uid.as_deref());
+        let memo = self
+            .memos
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&host_name)
+            .cloned();
+        let plan = plan_apply(&source, &desired, host_pod.as_ref(), memo.as_ref());
+        let reason = format!(
+            "{} with {} dependencies rewritten to their host copies",
+            super::placement_reason(&self.ctx.target, &built.placement),
+            built.references.len()
+        );
+        self.carry_out(key, &source, &reason, &hash, plan, true)
+            .await
+    }
+
+    /// Whether a Skip with this reason was not yet recorded for `host_name`.
+    fn skip_is_new(&self, host_name: &str, reason: &str) -> bool {
+        let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        refused
+            .get(host_name)
+            .is_none_or(|(_, recorded)| !recorded.ends_with(reason))
+    }
+
+    /// A Warning Event on the tenant Pod, where its owner looks.
+    async fn warn_tenant_pod(&self, tenant_pod: &Value, reason: &str, note: String) {
+        let Ok(path) = self.pod_path() else { return };
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: str_at(tenant_pod, "/metadata/name"),
+            namespace: str_at(tenant_pod, "/metadata/namespace"),
+            uid: str_at(tenant_pod, "/metadata/uid"),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Sync".into(),
+            secondary: None,
+        };
+        if let Err(err) = path.events.publish(&event, &reference).await {
+            tracing::warn!(%err, tenant = %self.ctx.target.tenant, "could not publish an event on a tenant Pod");
+        }
+    }
+
+    /// Makes sure the host copy of one dependency is there and current.
+    async fn ensure_dependency(
+        &self,
+        pod: &Key,
+        kind: DependencyKind,
+        namespace: &str,
+        name: &str,
+        field: &str,
+    ) -> Result<DependencyState, SyncError> {
+        match kind {
+            DependencyKind::ConfigMap | DependencyKind::Secret => {
+                self.ensure_copy(pod, kind.as_str(), namespace, name, field, None)
+                    .await
+            }
+            DependencyKind::PersistentVolumeClaim => {
+                self.ensure_claim(pod, namespace, name, field).await
+            }
+        }
+    }
+
+    /// Copies tenant object `namespace/name` of core `kind` to the host, marked as a
+    /// Pod dependency unless its kind is synced for its own sake. `adjust` changes
+    /// the desired host object before it is planned.
+    pub(super) async fn ensure_copy(
+        &self,
+        pod: &Key,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        field: &str,
+        adjust: Option<&(dyn Fn(&mut Value) + Sync)>,
+    ) -> Result<DependencyState, SyncError> {
+        let path = self.pod_path()?;
+        let resource = core_resource(kind);
+        let group_kind = GroupKind::new("", kind);
+        let tenant_api: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.tenant.clone(), namespace, &resource);
+        let Some(tenant_value) = get_value(&tenant_api, &resource, name).await? else {
+            return Ok(DependencyState::Waiting(
+                "it does not exist in the tenant".into(),
+            ));
+        };
+        let (placement, mut desired) =
+            match dependency_to_host(&self.ctx.target, &group_kind, &tenant_value) {
+                Ok(ok) => ok,
+                Err(err) => return Ok(DependencyState::Waiting(err.to_string())),
+            };
+        if let Some(adjust) = adjust {
+            adjust(&mut desired);
+        }
+        let kind_synced = path.synced_kinds.contains(&group_kind);
+        if !kind_synced
+            && let Some(annotations) = desired
+                .pointer_mut("/metadata/annotations")
+                .and_then(Value::as_object_mut)
+        {
+            annotations.insert(
+                ANNOTATION_POD_DEPENDENCY.into(),
+                Value::String("true".into()),
+            );
+        }
+        stamp_desired_hash(&mut desired);
+        let host_api: Api<DynamicObject> = Api::namespaced_with(
+            self.ctx.host.clone(),
+            &self.ctx.target.host_namespace,
+            &resource,
+        );
+        let host_name = placement.host_name.name.clone();
+        let observed = get_value(&host_api, &resource, &host_name).await?;
+        let uid = str_at(&tenant_value, "/metadata/uid");
+        let source = placement.source_identity(&self.ctx.target.tenant, uid.as_deref());
+        let why = format!("used by Pod {}/{} ({field})", pod.0, pod.1);
+        let (action, object) = match plan_apply(&source, &desired, observed.as_ref(), None) {
+            ApplyPlan::Noop => return Ok(DependencyState::Ready),
+            ApplyPlan::Skip { reason } => return Ok(DependencyState::Waiting(reason)),
+            ApplyPlan::Create { object } => (DecisionAction::Create, object),
+            ApplyPlan::Update { object, .. } => (DecisionAction::Update, object),
+        };
+        let waited = self.write_budget().await;
+        let body: DynamicObject =
+            serde_json::from_value(object).map_err(|e| SyncError::Decode(e.to_string()))?;
+        let result = if action == DecisionAction::Create {
+            self.count_write("create");
+            host_api.create(&post_params(), &body).await
+        } else {
+            self.count_write("update");
+            host_api.replace(&host_name, &post_params(), &body).await
+        };
+        match result {
+            Ok(_) => {}
+            // Someone else wrote it meanwhile (another Pod's worker): look again next time.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                return Err(SyncError::Api {
+                    verb: "write",
+                    name: host_name,
+                    source: kube::Error::Api(status),
+                });
+            }
+            Err(kube::Error::Api(status)) if status.code == 422 || status.code == 403 => {
+                return Ok(DependencyState::Waiting(format!(
+                    "the host API server refused its copy: {}",
+                    status.message
+                )));
+            }
+            Err(source) => {
+                return Err(SyncError::Api {
+                    verb: "write",
+                    name: host_name,
+                    source,
+                });
+            }
+        }
+        self.ctx.decisions.send(
+            action,
+            "v1",
+            kind,
+            TenantObjectRef {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                uid,
+            },
+            HostTarget {
+                namespace: self.ctx.target.host_namespace.clone(),
+                name: host_name,
+            },
+            format!("{why}{waited}"),
+        );
+        Ok(DependencyState::Ready)
+    }
+
+    /// Adds the finalizer to the tenant Pod (a write only when it is missing).
+    async fn ensure_finalizer(&self, key: &Key, tenant_pod: &Value) -> Result<(), SyncError> {
+        let mut finalizers = string_list(tenant_pod.pointer("/metadata/finalizers"));
+        if finalizers.iter().any(|f| f == FINALIZER) {
+            return Ok(());
+        }
+        finalizers.push(FINALIZER.to_owned());
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": tenant_pod.pointer("/metadata/resourceVersion"),
+        }});
+        self.tenant_pods(&key.0)
+            .patch(&key.1, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(api_error("add the finalizer to", &key.1))?;
+        Ok(())
+    }
+
+    /// The tenant Pod is being deleted: delete the host Pod with the same grace
+    /// period and a UID precondition; once it is gone, let the tenant Pod go.
+    async fn finalize_pod(
+        &self,
+        key: &Key,
+        tenant_pod: &Value,
+        host_name: &str,
+        host_pod: Option<&Value>,
+    ) -> Result<(), SyncError> {
+        let finalizers = string_list(tenant_pod.pointer("/metadata/finalizers"));
+        if !finalizers.iter().any(|f| f == FINALIZER) {
+            return Ok(());
+        }
+        if let Some(host_pod) = host_pod {
+            let ours = {
+                let (name, labels, annotations) = tenantplane_core::plan::meta_of(host_pod);
+                reverse_lookup(name, &labels, &annotations).is_ok_and(|id| {
+                    id.tenant == self.ctx.target.tenant
+                        && id.virtual_namespace == key.0
+                        && id.name == key.1
+                })
+            };
+            if ours {
+                if host_pod.pointer("/metadata/deletionTimestamp").is_some() {
+                    // Terminating on the host: its watch event brings us back.
+                    return Ok(());
+                }
+                let grace = tenant_pod
+                    .pointer("/metadata/deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                    .and_then(|g| u32::try_from(g).ok());
+                let params = DeleteParams {
+                    grace_period_seconds: grace,
+                    preconditions: Some(Preconditions {
+                        uid: str_at(host_pod, "/metadata/uid"),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                let waited = self.write_budget().await;
+                self.count_write("delete");
+                match self.host_api.delete(host_name, &params).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(source) => {
+                        return Err(SyncError::Api {
+                            verb: "delete",
+                            name: host_name.to_owned(),
+                            source,
+                        });
+                    }
+                }
+                let grace_text = grace.map_or_else(
+                    || "the default grace period".to_owned(),
+                    |g| format!("a grace period of {g}s"),
+                );
+                self.decide(
+                    DecisionAction::Delete,
+                    key,
+                    str_at(tenant_pod, "/metadata/uid"),
+                    host_name,
+                    format!("the tenant Pod is being deleted; host Pod deleted with {grace_text}{waited}"),
+                );
+                return Ok(());
+            }
+        }
+        // No host Pod of ours any more: its tokens go, then the tenant Pod is released.
+        self.delete_tokens(key).await?;
+        let remaining: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
+        let patch = json!({"metadata": {
+            "finalizers": remaining,
+            "resourceVersion": tenant_pod.pointer("/metadata/resourceVersion"),
+        }});
+        let pods = self.tenant_pods(&key.0);
+        match pods
+            .patch(&key.1, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => {
+                return Err(SyncError::Api {
+                    verb: "remove the finalizer from",
+                    name: key.1.clone(),
+                    source,
+                });
+            }
+        }
+        // A Pod bound to a node waits for its kubelet to confirm; the host's kubelet
+        // confirmed by deleting the host Pod, so confirm for it.
+        if tenant_pod.pointer("/spec/nodeName").is_some() {
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: str_at(tenant_pod, "/metadata/uid"),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match pods.delete(&key.1, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+                Err(source) => {
+                    return Err(SyncError::Api {
+                        verb: "delete",
+                        name: key.1.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        self.collect_nodes().await?;
+        self.collect_dependencies().await
+    }
+
+    /// The host Pod the tenant Pod records is gone: the tenant Pod fails, it is not
+    /// silently recreated.
+    async fn mark_lost(
+        &self,
+        key: &Key,
+        tenant_pod: &Value,
+        host_name: &str,
+    ) -> Result<(), SyncError> {
+        let Some(status) = lost_pod_status(tenant_pod.get("status"), host_name) else {
+            return Ok(());
+        };
+        self.replace_tenant_status(key, tenant_pod, status).await?;
+        self.decide(
+            DecisionAction::Skip,
+            key,
+            str_at(tenant_pod, "/metadata/uid"),
+            host_name,
+            format!("the host Pod is gone; the tenant Pod is marked Failed ({REASON_PHYSICAL_POD_LOST}) and not recreated"),
+        );
+        Ok(())
+    }
+
+    /// Status and mapping annotations back to the tenant Pod, each only when it
+    /// changed, so the write it causes makes no further write.
+    async fn report_back(
+        &self,
+        key: &Key,
+        tenant_pod: &Value,
+        host_pod: &Value,
+    ) -> Result<(), SyncError> {
+        let host_name = str_at(host_pod, "/metadata/name").unwrap_or_default();
+        if let Some(annotations) = mapping_annotations(
+            tenant_pod.pointer("/metadata/annotations"),
+            &host_name,
+            &self.ctx.target.host_namespace,
+            str_at(host_pod, "/metadata/uid").as_deref(),
+            &now(),
+        ) {
+            let patch = json!({"metadata": {"annotations": annotations}});
+            self.tenant_pods(&key.0)
+                .patch(&key.1, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map_err(api_error("annotate", &key.1))?;
+            // The patch's watch event brings the Pod back with its new version.
+            return Ok(());
+        }
+        if self
+            .bind_to_mirrored_node(key, tenant_pod, host_pod)
+            .await?
+        {
+            return Ok(());
+        }
+        if let Some(status) = pod_status_update(tenant_pod.get("status"), host_pod.get("status")) {
+            self.replace_tenant_status(key, tenant_pod, status).await?;
+        }
+        Ok(())
+    }
+
+    /// `PUT pods/status` with the observed resourceVersion.
+    async fn replace_tenant_status(
+        &self,
+        key: &Key,
+        tenant_pod: &Value,
+        status: Value,
+    ) -> Result<(), SyncError> {
+        put_status(&self.tenant_pods(&key.0), tenant_pod, status).await
+    }
+
+    /// Removes every dependency copy made for Pods that no tenant Pod uses any more.
+    async fn collect_dependencies(&self) -> Result<(), SyncError> {
+        let path = self.pod_path()?;
+        let pods: Vec<Value> = self
+            .tenant_store
+            .state()
+            .iter()
+            .filter_map(|p| typed_value(p, &self.tenant_resource).ok())
+            .collect();
+        let needed = needed_dependencies(&pods);
+        for kind in [
+            DependencyKind::ConfigMap,
+            DependencyKind::Secret,
+            DependencyKind::PersistentVolumeClaim,
+        ] {
+            let kind_synced = path.synced_kinds.contains(&kind.group_kind());
+            if kind_synced {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                self.ctx.host.clone(),
+                &self.ctx.target.host_namespace,
+                &core_resource(kind.as_str()),
+            );
+            let selector = host_selector(&self.ctx.target.tenant, &kind.group_kind());
+            let copies = api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(api_error("list", kind.as_str()))?;
+            for copy in copies {
+                let copy = to_value(&copy)?;
+                let (name, labels, annotations) = tenantplane_core::plan::meta_of(&copy);
+                let Ok(identity) = reverse_lookup(name, &labels, &annotations) else {
+                    continue;
+                };
+                if identity.tenant != self.ctx.target.tenant {
+                    continue;
+                }
+                let key = DependencyKey {
+                    kind,
+                    namespace: identity.virtual_namespace.clone(),
+                    name: identity.name.clone(),
+                };
+                // Already deleted, waiting for the host's finalizers (pvc-protection).
+                if copy.pointer("/metadata/deletionTimestamp").is_some()
+                    || !is_collectable(&key, &copy, &needed, kind_synced)
+                {
+                    continue;
+                }
+                let host_name = name.to_owned();
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: str_at(&copy, "/metadata/uid"),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                let waited = self.write_budget().await;
+                self.count_write("delete");
+                match api.delete(&host_name, &params).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
+                        continue;
+                    }
+                    Err(source) => {
+                        return Err(SyncError::Api {
+                            verb: "delete",
+                            name: host_name,
+                            source,
+                        });
+                    }
+                }
+                if kind == DependencyKind::PersistentVolumeClaim
+                    && let Some(volume) = str_at(&copy, "/spec/volumeName")
+                {
+                    super::storage::delete_volume_copy(self, &volume).await?;
+                }
+                self.ctx.decisions.send(
+                    DecisionAction::Delete,
+                    "v1",
+                    kind.as_str(),
+                    TenantObjectRef { namespace: identity.virtual_namespace, name: identity.name, uid: identity.uid },
+                    HostTarget { namespace: self.ctx.target.host_namespace.clone(), name: host_name },
+                    format!("no synced Pod uses it any more and {kind} is not synced for its own sake{waited}"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn ensure_claim(
+        &self,
+        pod: &Key,
+        namespace: &str,
+        name: &str,
+        field: &str,
+    ) -> Result<DependencyState, SyncError> {
+        super::storage::ensure_claim(self, pod, namespace, name, field).await
+    }
+}
+
+pub(super) fn str_at(value: &Value, pointer: &str) -> Option<String> {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+fn string_list(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// RFC 3339 in UTC, seconds precision.
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}

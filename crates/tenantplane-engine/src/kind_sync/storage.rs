@@ -1,0 +1,192 @@
+//! The PVC dependency of a Pod: the tenant claim must be Bound; its PV is copied
+//! to the host first (with its CSI Secrets), under a name that carries the tenant's
+//! identity, then the claim, bound by name to that copy.
+
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::Value;
+use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
+use tenantplane_core::pods::status::pvc_status_update;
+use tenantplane_core::pods::storage::{
+    bound_volume, host_pv, host_pvc, pv_host_name, pv_is_ours, volume_secrets,
+};
+
+use super::pod::{DependencyState, get_value, put_status, str_at};
+use super::{Key, KindSyncer, SyncError, post_params};
+
+fn resource(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", kind))
+}
+
+pub(super) async fn ensure_claim(
+    syncer: &KindSyncer,
+    pod: &Key,
+    namespace: &str,
+    name: &str,
+    field: &str,
+) -> Result<DependencyState, SyncError> {
+    let ctx = &syncer.ctx;
+    let pvc_resource = resource("PersistentVolumeClaim");
+    let tenant_pvcs: Api<DynamicObject> =
+        Api::namespaced_with(ctx.tenant.clone(), namespace, &pvc_resource);
+    let Some(tenant_pvc) = get_value(&tenant_pvcs, &pvc_resource, name).await? else {
+        return Ok(DependencyState::Waiting(
+            "it does not exist in the tenant".into(),
+        ));
+    };
+    let volume = match bound_volume(&tenant_pvc) {
+        Ok(volume) => volume,
+        Err(err) => return Ok(DependencyState::Waiting(err.to_string())),
+    };
+    // The PV first, with its CSI Secrets, so the claim copy binds as soon as it exists.
+    let pv_resource = resource("PersistentVolume");
+    let tenant_pvs: Api<DynamicObject> = Api::all_with(ctx.tenant.clone(), &pv_resource);
+    let Some(tenant_pv) = get_value(&tenant_pvs, &pv_resource, &volume).await? else {
+        return Ok(DependencyState::Waiting(format!(
+            "its PersistentVolume {volume} does not exist in the tenant"
+        )));
+    };
+    for secret in volume_secrets(&tenant_pv) {
+        let why = format!("{field} -> PersistentVolume {volume} {}", secret.field);
+        if let DependencyState::Waiting(reason) = syncer
+            .ensure_copy(pod, "Secret", &secret.namespace, &secret.name, &why, None)
+            .await?
+        {
+            return Ok(DependencyState::Waiting(format!(
+                "the Secret {}/{} of its PersistentVolume {volume}: {reason}",
+                secret.namespace, secret.name
+            )));
+        }
+    }
+    let host_pvc_name =
+        tenantplane_core::pods::host_pod::dependency_host_name(&ctx.target, namespace, name);
+    let host_pvs: Api<DynamicObject> = Api::all_with(ctx.host.clone(), &pv_resource);
+    let pv_name = pv_host_name(&ctx.target, &volume);
+    match get_value(&host_pvs, &pv_resource, &pv_name).await? {
+        Some(existing) => {
+            if !pv_is_ours(&ctx.target, &volume, &existing) {
+                return Ok(DependencyState::Waiting(format!(
+                    "the host PersistentVolume {pv_name} is not tenantplane's copy of {volume} for this tenant; it is never touched"
+                )));
+            }
+            // A PV's source is immutable: an existing copy of ours stays as it is.
+        }
+        None => {
+            let object = host_pv(&ctx.target, &tenant_pv, &host_pvc_name)
+                .map_err(|e| SyncError::Decode(e.to_string()))?;
+            let body: DynamicObject =
+                serde_json::from_value(object).map_err(|e| SyncError::Decode(e.to_string()))?;
+            let waited = syncer.write_budget().await;
+            syncer.count_write("create");
+            match host_pvs.create(&post_params(), &body).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    return Err(SyncError::Api {
+                        verb: "create",
+                        name: pv_name,
+                        source: kube::Error::Api(status),
+                    });
+                }
+                Err(kube::Error::Api(status)) if status.code == 422 || status.code == 403 => {
+                    return Ok(DependencyState::Waiting(format!(
+                        "the host API server refused the copy of PersistentVolume {volume}: {}",
+                        status.message
+                    )));
+                }
+                Err(source) => {
+                    return Err(SyncError::Api {
+                        verb: "create",
+                        name: pv_name,
+                        source,
+                    });
+                }
+            }
+            ctx.decisions.send(
+                DecisionAction::Create,
+                "v1",
+                "PersistentVolume",
+                TenantObjectRef { namespace: String::new(), name: volume.clone(), uid: str_at(&tenant_pv, "/metadata/uid") },
+                HostTarget { namespace: String::new(), name: pv_name.clone() },
+                format!(
+                    "bound to PersistentVolumeClaim {namespace}/{name}, used by Pod {}/{} ({field}); claimed by the host copy {}/{host_pvc_name}, reclaim policy Retain{waited}",
+                    pod.0, pod.1, ctx.target.host_namespace
+                ),
+            );
+        }
+    }
+    // Then the claim, through the same path as every copy, bound to the PV copy.
+    let target = ctx.target.clone();
+    let pvc_for_host = tenant_pvc.clone();
+    let bind = move |desired: &mut Value| {
+        // host_pvc binds the claim to the PV copy and drops the tenant binder's annotations.
+        if let Ok((_, object)) = host_pvc(&target, &pvc_for_host) {
+            *desired = object;
+        }
+    };
+    let state = syncer
+        .ensure_copy(
+            pod,
+            "PersistentVolumeClaim",
+            namespace,
+            name,
+            field,
+            Some(&bind),
+        )
+        .await?;
+    if let DependencyState::Waiting(_) = state {
+        return Ok(state);
+    }
+    // The host claim's capacity and conditions back to the tenant claim.
+    let host_pvcs: Api<DynamicObject> =
+        Api::namespaced_with(ctx.host.clone(), &ctx.target.host_namespace, &pvc_resource);
+    if let Some(host) = get_value(&host_pvcs, &pvc_resource, &host_pvc_name).await?
+        && let Some(status) = pvc_status_update(tenant_pvc.get("status"), host.get("status"))
+    {
+        put_status(&tenant_pvcs, &tenant_pvc, status).await?;
+    }
+    Ok(DependencyState::Ready)
+}
+
+/// Deletes host PV `name` once its claim copy is gone, if it is this tenant's copy.
+pub(super) async fn delete_volume_copy(syncer: &KindSyncer, name: &str) -> Result<(), SyncError> {
+    let pv_resource = resource("PersistentVolume");
+    let host_pvs: Api<DynamicObject> = Api::all_with(syncer.ctx.host.clone(), &pv_resource);
+    let Some(pv) = get_value(&host_pvs, &pv_resource, name).await? else {
+        return Ok(());
+    };
+    let virtual_name =
+        str_at(&pv, "/metadata/annotations/tenantplane.io~1virtual-name").unwrap_or_default();
+    if !pv_is_ours(&syncer.ctx.target, &virtual_name, &pv)
+        || pv.pointer("/metadata/deletionTimestamp").is_some()
+    {
+        return Ok(());
+    }
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: str_at(&pv, "/metadata/uid"),
+            resource_version: None,
+        }),
+        ..kube::api::DeleteParams::default()
+    };
+    syncer.count_write("delete");
+    match host_pvs.delete(name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return Ok(()),
+        Err(source) => {
+            return Err(SyncError::Api {
+                verb: "delete",
+                name: name.to_owned(),
+                source,
+            });
+        }
+    }
+    syncer.ctx.decisions.send(
+        DecisionAction::Delete,
+        "v1",
+        "PersistentVolume",
+        TenantObjectRef { namespace: String::new(), name: virtual_name, uid: None },
+        HostTarget { namespace: String::new(), name: name.to_owned() },
+        "its claim copy was removed: no synced Pod uses the claim any more (the volume itself is retained)".into(),
+    );
+    Ok(())
+}
