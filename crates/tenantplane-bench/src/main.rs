@@ -24,10 +24,13 @@ use kube::api::{
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tenantplane_core::kinds::GroupKind;
+use tenantplane_core::kinds::{GroupKind, Scope};
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::naming::{SourceName, host_name};
+use tenantplane_core::plan::stamp_desired_hash;
+use tenantplane_core::transform::{TenantTarget, to_host};
 use tenantplane_engine::controller::{self, ControllerConfig};
+use tenantplane_engine::decisions::MANAGER;
 use tenantplane_engine::metrics::{ActionLabels, Metrics, VerbLabels};
 use tenantplane_testenv::{ApiServer, RequestCounts, TestEnv, WRITE_VERBS};
 use tokio::sync::{broadcast, mpsc};
@@ -382,15 +385,30 @@ async fn timed_baseline(
     payload: &str,
     workers: usize,
 ) -> Result<Duration> {
+    let objects = host_copies(namespace, names, payload)?;
     let (mut seen_rx, watch) = watch_configmaps(client, namespace, None).await?;
     let start = Instant::now();
-    create_all(
-        &Api::namespaced(client.clone(), namespace),
-        names,
-        payload,
-        workers,
-    )
-    .await?;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::erase::<ConfigMap>(&()),
+    );
+    futures::stream::iter(objects.iter().map(Ok::<_, anyhow::Error>))
+        .try_for_each_concurrent(workers.max(1), |object| {
+            let api = api.clone();
+            async move {
+                // The engine's field manager too, so managedFields match.
+                let params = PostParams {
+                    field_manager: Some(MANAGER.into()),
+                    ..PostParams::default()
+                };
+                api.create(&params, object)
+                    .await
+                    .with_context(|| format!("create ConfigMap {:?}", object.metadata.name))?;
+                Ok(())
+            }
+        })
+        .await?;
     let deadline = Duration::from_secs(120);
     let mut seen: HashSet<String> = HashSet::with_capacity(names.len());
     let mut last = start;
@@ -409,6 +427,30 @@ async fn timed_baseline(
     }
     watch.abort();
     Ok(last.duration_since(start))
+}
+
+/// The baseline's objects: exactly what the engine writes for the tenant's
+/// ConfigMaps (same transform, same reverse-mapping labels and annotations, same
+/// desired-state hash), placed in `namespace`, so both sides make the same writes.
+fn host_copies(namespace: &str, names: &[String], payload: &str) -> Result<Vec<DynamicObject>> {
+    let target = TenantTarget::new(TENANT, namespace).context("the baseline's target")?;
+    let group_kind = GroupKind::new("", "ConfigMap");
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut tenant_object = serde_json::to_value(configmap(name, payload))?;
+            tenant_object["apiVersion"] = json!("v1");
+            tenant_object["kind"] = json!("ConfigMap");
+            tenant_object["metadata"]["namespace"] = json!(TENANT_NS);
+            // A UID of the length the API server gives.
+            tenant_object["metadata"]["uid"] = json!(format!("00000000-0000-4000-8000-{i:012}"));
+            let (_, mut desired) = to_host(&target, &group_kind, Scope::Namespaced, &tenant_object)
+                .with_context(|| format!("transform {name}"))?;
+            stamp_desired_hash(&mut desired);
+            Ok(serde_json::from_value(desired)?)
+        })
+        .collect()
 }
 
 /// Watches ConfigMaps in `namespace` (optionally by label); returns once the
@@ -761,8 +803,10 @@ async fn sync_benchmark(args: SyncArgs) -> Result<()> {
     writeln!(
         out,
         "a plain kube-rs client (its own connection pool) creates {n} ConfigMaps, {workers} in flight, after \
-         {} untimed warm-up creates (namespace {WARMUP_NS}); timed like the sync, from the first create \
-         until a host watch of the namespace has seen every object; all are left in place",
+         {} untimed warm-up creates (namespace {WARMUP_NS}); the same writes as the engine's: each object is \
+         the engine's host copy of the tenant's ConfigMap (same transform, labels, annotations and field \
+         manager); timed like the sync, from the first create until a host watch of the namespace has seen \
+         every object; all are left in place",
         warmup.len()
     )?;
     writeln!(
