@@ -35,11 +35,12 @@ use crate::fairness::WriteBudget;
 use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
+mod outage;
 mod pod;
 mod storage;
 mod tenant_view;
 
-pub use pod::{PodSettings, release_pod_finalizers};
+pub use pod::{DEFAULT_HOST_UNREACHABLE_RELEASE, PodSettings, release_pod_finalizers};
 
 /// Watch retries: quick at first and capped at a few seconds (kube's default grows
 /// to 30s), so a tenant API server that comes back is seen again promptly.

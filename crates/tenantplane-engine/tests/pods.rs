@@ -384,6 +384,80 @@ async fn deletion_waits_for_the_host_pod_with_its_grace_period_and_unused_copies
     controller.stop().await;
 }
 
+/// The decisions broadcast so far (they reach the broadcast even while the host,
+/// where SyncDecisions are kept, does not answer).
+fn drain(
+    received: &mut tokio::sync::broadcast::Receiver<tenantplane_engine::decisions::TenantDecision>,
+    into: &mut Vec<tenantplane_api::DecisionRecord>,
+) {
+    while let Ok(decision) = received.try_recv() {
+        into.push(decision.record);
+    }
+}
+
+#[tokio::test]
+async fn a_pod_deleted_while_the_host_does_not_answer_is_released_after_the_bound_and_collected_later()
+ {
+    let (mut h, mut controller) = start().await;
+    create(&h.tenant, configmap("shop", "cfg", json!({"k": "v"}))).await;
+    create(
+        &h.tenant,
+        pod(
+            "web",
+            json!({"containers": [{"name": "app", "image": "nginx",
+        "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}),
+        ),
+    )
+    .await;
+    let host_name = predicted("web", "shop", "dev");
+    let host_cm = predicted("cfg", "shop", "dev");
+    wait_for(&h.host_api("v1", "Pod"), &host_name).await;
+    wait_for(&h.host_api("v1", "ConfigMap"), &host_cm).await;
+    let tenant_pods = h.tenant_api("v1", "Pod", "shop");
+    wait_for_that(&tenant_pods, "web", "finalizer", |p| {
+        p.metadata.finalizers.is_some()
+    })
+    .await;
+    let mut seen = Vec::new();
+    drain(&mut controller.decisions, &mut seen);
+    seen.clear();
+
+    h.host_server.stop();
+    let stopped = std::time::Instant::now();
+    tenant_pods
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Held by the finalizer while the host does not answer, released after the bound.
+    wait_gone(&tenant_pods, "web").await;
+    assert!(
+        stopped.elapsed() >= HOST_UNREACHABLE_RELEASE,
+        "released after {:?}, before the bound",
+        stopped.elapsed()
+    );
+    drain(&mut controller.decisions, &mut seen);
+    let released: Vec<_> = seen
+        .iter()
+        .filter(|d| d.kind == "Pod" && d.reason.contains("has not answered"))
+        .collect();
+    assert_eq!(released.len(), 1, "exactly one release decision: {seen:?}");
+    assert_eq!(released[0].action, tenantplane_api::DecisionAction::Skip);
+    assert!(
+        released[0]
+            .reason
+            .contains("garbage collection removes once the host answers"),
+        "{}",
+        released[0].reason
+    );
+
+    // The host answers again: its Pod copy, and the ConfigMap copy no Pod uses, go.
+    h.host_server.start().await.unwrap();
+    let host = h.host_server.client().await.unwrap();
+    wait_gone(&dynamic(&host, "v1", "Pod", Some(HOST_NS)), &host_name).await;
+    wait_gone(&dynamic(&host, "v1", "ConfigMap", Some(HOST_NS)), &host_cm).await;
+    controller.stop().await;
+}
+
 #[tokio::test]
 async fn a_lost_host_pod_fails_the_tenant_pod_and_is_not_recreated() {
     let (h, controller) = start().await;

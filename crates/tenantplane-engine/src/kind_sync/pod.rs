@@ -8,6 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::PoisonError;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{
@@ -36,10 +37,19 @@ use tenantplane_core::pods::{
 use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::transform::dependency_to_host;
 
+use super::outage::{HostOutages, is_unreachable, released_reason};
 use super::{Key, KindSyncer, SyncError, post_params, typed_value};
 
+/// How long a tenant object being deleted waits for a host API server that does
+/// not answer before its finalizer is released anyway.
+pub const DEFAULT_HOST_UNREACHABLE_RELEASE: Duration = Duration::from_secs(120);
+
+/// A host copy being deleted is looked at again this often even without a watch
+/// event, so a host that stops answering meanwhile starts the unreachable bound.
+const TERMINATING_RECHECK: Duration = Duration::from_secs(10);
+
 /// What the Pod path needs beyond a kind's syncer.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct PodSettings {
     pub controls: PodControls,
     /// The tenant API server's URL, as Pods on the host reach it.
@@ -47,6 +57,20 @@ pub struct PodSettings {
     /// Kinds the SyncPolicy syncs for their own sake: their copies are never
     /// removed by reference counting.
     pub synced_kinds: BTreeSet<GroupKind>,
+    /// A tenant Pod (or dependency) being deleted while the host does not answer
+    /// keeps its finalizer at most this long.
+    pub host_unreachable_release: Duration,
+}
+
+impl Default for PodSettings {
+    fn default() -> Self {
+        Self {
+            controls: PodControls::default(),
+            endpoint: None,
+            synced_kinds: BTreeSet::new(),
+            host_unreachable_release: DEFAULT_HOST_UNREACHABLE_RELEASE,
+        }
+    }
 }
 
 /// The Pod path's state, built once per syncer.
@@ -54,6 +78,15 @@ pub(super) struct PodPath {
     context: HostPodContext,
     synced_kinds: BTreeSet<GroupKind>,
     events: Recorder,
+    outages: HostOutages,
+}
+
+/// Where deleting the host copy of a tenant object stands.
+enum HostCopy {
+    /// Deleted or terminating: its watch event (or a recheck) brings us back.
+    Deleting,
+    /// Not on the host (any more): the tenant object may go.
+    Gone,
 }
 
 /// The key a full pass queues to run dependency garbage collection (no Pod has an
@@ -78,6 +111,7 @@ impl PodPath {
             },
             synced_kinds: settings.synced_kinds,
             events: Recorder::new(tenant, reporter),
+            outages: HostOutages::new(settings.host_unreachable_release),
         }
     }
 }
@@ -493,7 +527,8 @@ impl KindSyncer {
     }
 
     /// The tenant Pod is being deleted: delete the host Pod with the same grace
-    /// period and a UID precondition; once it is gone, let the tenant Pod go.
+    /// period and a UID precondition; once it is gone, let the tenant Pod go. A
+    /// host that does not answer for longer than the bound lets it go too.
     async fn finalize_pod(
         &self,
         key: &Key,
@@ -505,61 +540,23 @@ impl KindSyncer {
         if !finalizers.iter().any(|f| f == FINALIZER) {
             return Ok(());
         }
-        if let Some(host_pod) = host_pod {
-            let ours = {
-                let (name, labels, annotations) = tenantplane_core::plan::meta_of(host_pod);
-                reverse_lookup(name, &labels, &annotations).is_ok_and(|id| {
-                    id.tenant == self.ctx.target.tenant
-                        && id.virtual_namespace == key.0
-                        && id.name == key.1
-                })
-            };
-            if ours {
-                if host_pod.pointer("/metadata/deletionTimestamp").is_some() {
-                    // Terminating on the host: its watch event brings us back.
-                    return Ok(());
-                }
-                let grace = tenant_pod
-                    .pointer("/metadata/deletionGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-                    .and_then(|g| u32::try_from(g).ok());
-                let params = DeleteParams {
-                    grace_period_seconds: grace,
-                    preconditions: Some(Preconditions {
-                        uid: str_at(host_pod, "/metadata/uid"),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                let waited = self.write_budget().await;
-                self.count_write("delete");
-                match self.host_api.delete(host_name, &params).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(status)) if status.code == 404 => {}
-                    Err(source) => {
-                        return Err(SyncError::Api {
-                            verb: "delete",
-                            name: host_name.to_owned(),
-                            source,
-                        });
-                    }
-                }
-                let grace_text = grace.map_or_else(
-                    || "the default grace period".to_owned(),
-                    |g| format!("a grace period of {g}s"),
-                );
-                self.decide(
-                    DecisionAction::Delete,
-                    key,
-                    str_at(tenant_pod, "/metadata/uid"),
-                    host_name,
-                    format!("the tenant Pod is being deleted; host Pod deleted with {grace_text}{waited}"),
-                );
+        let outages = &self.pod_path()?.outages;
+        let unreachable_for = match self
+            .remove_host_pod(key, tenant_pod, host_name, host_pod)
+            .await
+        {
+            Ok(HostCopy::Deleting) => {
+                outages.answered("Pod", key);
+                self.queue.add_after(key.clone(), TERMINATING_RECHECK);
                 return Ok(());
             }
-        }
-        // No host Pod of ours any more: its tokens go, then the tenant Pod is released.
-        self.delete_tokens(key).await?;
+            Ok(HostCopy::Gone) => None,
+            Err(err) if is_unreachable(&err) => match outages.failed("Pod", key) {
+                Some(down_for) => Some(down_for),
+                None => return Err(err),
+            },
+            Err(err) => return Err(err),
+        };
         let remaining: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
         let patch = json!({"metadata": {
             "finalizers": remaining,
@@ -603,8 +600,97 @@ impl KindSyncer {
                 }
             }
         }
+        outages.answered("Pod", key);
+        if let Some(down_for) = unreachable_for {
+            self.decide(
+                DecisionAction::Skip,
+                key,
+                str_at(tenant_pod, "/metadata/uid"),
+                host_name,
+                released_reason("Pod", down_for, outages.bound()),
+            );
+            // The host does not answer: its copies are collected once it does (the
+            // tenant Pod's deletion and the host's re-list both queue this key).
+            return Ok(());
+        }
         self.collect_nodes().await?;
         self.collect_dependencies().await
+    }
+
+    /// Deletes the host Pod of `key` (same grace period as the tenant Pod, UID
+    /// precondition, only when it is ours), then, once it is gone, its tokens.
+    async fn remove_host_pod(
+        &self,
+        key: &Key,
+        tenant_pod: &Value,
+        host_name: &str,
+        host_pod: Option<&Value>,
+    ) -> Result<HostCopy, SyncError> {
+        if let Some(host_pod) = host_pod {
+            let ours = {
+                let (name, labels, annotations) = tenantplane_core::plan::meta_of(host_pod);
+                reverse_lookup(name, &labels, &annotations).is_ok_and(|id| {
+                    id.tenant == self.ctx.target.tenant
+                        && id.virtual_namespace == key.0
+                        && id.name == key.1
+                })
+            };
+            if ours {
+                if host_pod.pointer("/metadata/deletionTimestamp").is_some() {
+                    // Terminating on the host: its watch event brings us back. Asked
+                    // (a read) rather than trusted from the cache, so a host that
+                    // stopped answering meanwhile is noticed.
+                    let current = get_value(&self.host_api, &self.host_resource, host_name).await?;
+                    return Ok(match current {
+                        Some(_) => HostCopy::Deleting,
+                        None => {
+                            self.delete_tokens(key).await?;
+                            HostCopy::Gone
+                        }
+                    });
+                }
+                let grace = tenant_pod
+                    .pointer("/metadata/deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                    .and_then(|g| u32::try_from(g).ok());
+                let params = DeleteParams {
+                    grace_period_seconds: grace,
+                    preconditions: Some(Preconditions {
+                        uid: str_at(host_pod, "/metadata/uid"),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                let waited = self.write_budget().await;
+                self.count_write("delete");
+                match self.host_api.delete(host_name, &params).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(source) => {
+                        return Err(SyncError::Api {
+                            verb: "delete",
+                            name: host_name.to_owned(),
+                            source,
+                        });
+                    }
+                }
+                let grace_text = grace.map_or_else(
+                    || "the default grace period".to_owned(),
+                    |g| format!("a grace period of {g}s"),
+                );
+                self.decide(
+                    DecisionAction::Delete,
+                    key,
+                    str_at(tenant_pod, "/metadata/uid"),
+                    host_name,
+                    format!("the tenant Pod is being deleted; host Pod deleted with {grace_text}{waited}"),
+                );
+                return Ok(HostCopy::Deleting);
+            }
+        }
+        // No host Pod of ours any more: its tokens go, then the tenant Pod may go.
+        self.delete_tokens(key).await?;
+        Ok(HostCopy::Gone)
     }
 
     /// The host Pod the tenant Pod records is gone: the tenant Pod fails, it is not
