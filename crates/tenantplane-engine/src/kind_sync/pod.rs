@@ -7,7 +7,7 @@
 //! plan ([`plan_apply`]) and writes ([`KindSyncer::carry_out`]).
 
 use std::collections::BTreeSet;
-use std::sync::PoisonError;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -37,8 +37,12 @@ use tenantplane_core::pods::{
 use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::transform::dependency_to_host;
 
+use super::dependency_finalizer::{
+    DependencyRef, release_dependency_finalizers, release_finalizers, remove_finalizer,
+};
 use super::outage::{HostOutages, is_unreachable, released_reason};
 use super::{Key, KindSyncer, SyncError, post_params, typed_value};
+use crate::queue::WorkQueue;
 
 /// How long a tenant object being deleted waits for a host API server that does
 /// not answer before its finalizer is released anyway.
@@ -78,7 +82,9 @@ pub(super) struct PodPath {
     context: HostPodContext,
     synced_kinds: BTreeSet<GroupKind>,
     events: Recorder,
-    outages: HostOutages,
+    pub(super) outages: HostOutages,
+    /// Tenant dependencies being deleted, to finalize.
+    pub(super) dependencies: Arc<WorkQueue<DependencyRef>>,
 }
 
 /// Where deleting the host copy of a tenant object stands.
@@ -112,6 +118,7 @@ impl PodPath {
             synced_kinds: settings.synced_kinds,
             events: Recorder::new(tenant, reporter),
             outages: HostOutages::new(settings.host_unreachable_release),
+            dependencies: WorkQueue::new(),
         }
     }
 }
@@ -131,36 +138,13 @@ fn api_error(verb: &'static str, name: &str) -> impl FnOnce(kube::Error) -> Sync
     move |source| SyncError::Api { verb, name, source }
 }
 
-/// Removes tenantplane's finalizer from every tenant Pod: the TenantCluster is
-/// going, its host copies are removed by the controller, and nothing would ever
-/// release these Pods otherwise. Returns how many were released.
+/// Removes tenantplane's finalizer from every tenant Pod and every tenant Pod
+/// dependency: the TenantCluster is going, its host copies are removed by the
+/// controller, and nothing would ever release these objects otherwise. Returns
+/// how many were released.
 pub async fn release_pod_finalizers(tenant: &Client) -> Result<usize, kube::Error> {
-    let pods: Api<DynamicObject> = Api::all_with(tenant.clone(), &core_resource("Pod"));
-    let mut released = 0;
-    for pod in pods.list(&ListParams::default()).await? {
-        let finalizers = pod.metadata.finalizers.clone().unwrap_or_default();
-        if !finalizers.iter().any(|f| f == FINALIZER) {
-            continue;
-        }
-        let (Some(namespace), Some(name)) =
-            (pod.metadata.namespace.clone(), pod.metadata.name.clone())
-        else {
-            continue;
-        };
-        let remaining: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
-        let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": pod.metadata.resource_version}});
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(tenant.clone(), &namespace, &core_resource("Pod"));
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => released += 1,
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(released)
+    let pods = release_finalizers(tenant, &core_resource("Pod"), None).await?;
+    Ok(pods + release_dependency_finalizers(tenant).await?)
 }
 
 /// `GET` one object as JSON with its kind; `None` when it does not exist.
@@ -201,7 +185,7 @@ fn to_value(object: &DynamicObject) -> Result<Value, SyncError> {
 }
 
 impl KindSyncer {
-    fn pod_path(&self) -> Result<&PodPath, SyncError> {
+    pub(super) fn pod_path(&self) -> Result<&PodPath, SyncError> {
         self.pods
             .as_ref()
             .ok_or_else(|| SyncError::Decode("the Pod path is not configured".into()))
@@ -389,7 +373,7 @@ impl KindSyncer {
     ) -> Result<DependencyState, SyncError> {
         match kind {
             DependencyKind::ConfigMap | DependencyKind::Secret => {
-                self.ensure_copy(pod, kind.as_str(), namespace, name, field, None)
+                self.ensure_copy(pod, kind, namespace, name, field, None)
                     .await
             }
             DependencyKind::PersistentVolumeClaim => {
@@ -404,15 +388,16 @@ impl KindSyncer {
     pub(super) async fn ensure_copy(
         &self,
         pod: &Key,
-        kind: &str,
+        dependency: DependencyKind,
         namespace: &str,
         name: &str,
         field: &str,
         adjust: Option<&(dyn Fn(&mut Value) + Sync)>,
     ) -> Result<DependencyState, SyncError> {
         let path = self.pod_path()?;
+        let kind = dependency.as_str();
         let resource = core_resource(kind);
-        let group_kind = GroupKind::new("", kind);
+        let group_kind = dependency.group_kind();
         let tenant_api: Api<DynamicObject> =
             Api::namespaced_with(self.ctx.tenant.clone(), namespace, &resource);
         let Some(tenant_value) = get_value(&tenant_api, &resource, name).await? else {
@@ -420,6 +405,22 @@ impl KindSyncer {
                 "it does not exist in the tenant".into(),
             ));
         };
+        if tenant_value
+            .pointer("/metadata/deletionTimestamp")
+            .is_some()
+        {
+            // Its copy is being removed (finalizer): never made again meanwhile.
+            return Ok(DependencyState::Waiting(
+                "it is being deleted in the tenant".into(),
+            ));
+        }
+        let kind_synced = path.synced_kinds.contains(&group_kind);
+        if !kind_synced {
+            // The finalizer first: from then on the tenant object cannot disappear
+            // before its host copy is gone.
+            self.ensure_dependency_finalizer(dependency, &tenant_value)
+                .await?;
+        }
         let (placement, mut desired) =
             match dependency_to_host(&self.ctx.target, &group_kind, &tenant_value) {
                 Ok(ok) => ok,
@@ -428,7 +429,6 @@ impl KindSyncer {
         if let Some(adjust) = adjust {
             adjust(&mut desired);
         }
-        let kind_synced = path.synced_kinds.contains(&group_kind);
         if !kind_synced
             && let Some(annotations) = desired
                 .pointer_mut("/metadata/annotations")
@@ -557,26 +557,8 @@ impl KindSyncer {
             },
             Err(err) => return Err(err),
         };
-        let remaining: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
-        let patch = json!({"metadata": {
-            "finalizers": remaining,
-            "resourceVersion": tenant_pod.pointer("/metadata/resourceVersion"),
-        }});
         let pods = self.tenant_pods(&key.0);
-        match pods
-            .patch(&key.1, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => {
-                return Err(SyncError::Api {
-                    verb: "remove the finalizer from",
-                    name: key.1.clone(),
-                    source,
-                });
-            }
-        }
+        remove_finalizer(&pods, &key.1, tenant_pod).await?;
         // A Pod bound to a node waits for its kubelet to confirm; the host's kubelet
         // confirmed by deleting the host Pod, so confirm for it.
         if tenant_pod.pointer("/spec/nodeName").is_some() {
@@ -869,7 +851,7 @@ pub(super) fn str_at(value: &Value, pointer: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn string_list(value: Option<&Value>) -> Vec<String> {
+pub(super) fn string_list(value: Option<&Value>) -> Vec<String> {
     value
         .and_then(Value::as_array)
         .map(|a| {
