@@ -305,6 +305,8 @@ impl RunningController {
             decisions,
             instance: "bench".into(),
             workers,
+            host_unreachable_release:
+                tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Self {

@@ -76,6 +76,10 @@ pub struct ControllerConfig {
     pub instance: String,
     /// Concurrent host writers per synced kind.
     pub workers: usize,
+    /// How long a tenant Pod (or Pod dependency) being deleted waits for a host
+    /// API server that does not answer before its finalizer is released anyway
+    /// ([`crate::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE`] in production).
+    pub host_unreachable_release: Duration,
 }
 
 struct RunningEngine {
@@ -507,6 +511,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                             ),
                             endpoint: Some(resolved.endpoint.clone()),
                             synced_kinds: Default::default(),
+                            host_unreachable_release: ctx.config.host_unreachable_release,
                         },
                     },
                     sender,

@@ -35,11 +35,14 @@ use crate::fairness::WriteBudget;
 use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
+mod dependency_finalizer;
+mod outage;
 mod pod;
 mod storage;
 mod tenant_view;
 
-pub use pod::{PodSettings, release_pod_finalizers};
+pub use dependency_finalizer::LABEL_HOST_COPY;
+pub use pod::{DEFAULT_HOST_UNREACHABLE_RELEASE, PodSettings, release_pod_finalizers};
 
 /// Watch retries: quick at first and capped at a few seconds (kube's default grows
 /// to 30s), so a tenant API server that comes back is seen again promptly.
@@ -239,8 +242,19 @@ impl KindSyncer {
             let s = Arc::clone(&syncer);
             tasks.spawn(async move { s.passes().await });
         }
+        if syncer.pods.is_some() {
+            for kind in dependency_finalizer::DEPENDENCY_KINDS {
+                let s = Arc::clone(&syncer);
+                tasks.spawn(async move { s.watch_dependencies(kind).await });
+            }
+            let s = Arc::clone(&syncer);
+            tasks.spawn(async move { s.finalize_dependencies().await });
+        }
         cancel.cancelled().await;
         syncer.queue.shut_down();
+        if let Some(path) = &syncer.pods {
+            path.dependencies.shut_down();
+        }
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
     }

@@ -63,6 +63,9 @@ pub struct Controller {
     pub metrics: Arc<Metrics>,
 }
 
+/// How long a tenant object being deleted waits for an unreachable host in tests.
+pub const HOST_UNREACHABLE_RELEASE: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Controller {
     pub async fn start(host: &Client) -> Controller {
         // Logs only when asked for: RUST_LOG=tenantplane_engine=debug cargo test ...
@@ -79,6 +82,8 @@ impl Controller {
             decisions: tx,
             instance: "test".into(),
             workers: 8,
+            // Short, so tests of a host that does not answer finish quickly.
+            host_unreachable_release: HOST_UNREACHABLE_RELEASE,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Controller {

@@ -384,6 +384,181 @@ async fn deletion_waits_for_the_host_pod_with_its_grace_period_and_unused_copies
     controller.stop().await;
 }
 
+/// The decisions broadcast so far (they reach the broadcast even while the host,
+/// where SyncDecisions are kept, does not answer).
+fn drain(
+    received: &mut tokio::sync::broadcast::Receiver<tenantplane_engine::decisions::TenantDecision>,
+    into: &mut Vec<tenantplane_api::DecisionRecord>,
+) {
+    while let Ok(decision) = received.try_recv() {
+        into.push(decision.record);
+    }
+}
+
+#[tokio::test]
+async fn a_pod_deleted_while_the_host_does_not_answer_is_released_after_the_bound_and_collected_later()
+ {
+    let (mut h, mut controller) = start().await;
+    create(&h.tenant, configmap("shop", "cfg", json!({"k": "v"}))).await;
+    create(
+        &h.tenant,
+        pod(
+            "web",
+            json!({"containers": [{"name": "app", "image": "nginx",
+        "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}),
+        ),
+    )
+    .await;
+    let host_name = predicted("web", "shop", "dev");
+    let host_cm = predicted("cfg", "shop", "dev");
+    wait_for(&h.host_api("v1", "Pod"), &host_name).await;
+    wait_for(&h.host_api("v1", "ConfigMap"), &host_cm).await;
+    let tenant_pods = h.tenant_api("v1", "Pod", "shop");
+    wait_for_that(&tenant_pods, "web", "finalizer", |p| {
+        p.metadata.finalizers.is_some()
+    })
+    .await;
+    let mut seen = Vec::new();
+    drain(&mut controller.decisions, &mut seen);
+    seen.clear();
+
+    let tenant_cms = h.tenant_api("v1", "ConfigMap", "shop");
+    wait_for_that(
+        &tenant_cms,
+        "cfg",
+        "the ConfigMap's finalizer",
+        has_host_copy_finalizer,
+    )
+    .await;
+
+    h.host_server.stop();
+    let stopped = std::time::Instant::now();
+    tenant_pods
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    tenant_cms
+        .delete("cfg", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Held by their finalizers while the host does not answer, released after the bound.
+    wait_gone(&tenant_pods, "web").await;
+    wait_gone(&tenant_cms, "cfg").await;
+    assert!(
+        stopped.elapsed() >= HOST_UNREACHABLE_RELEASE,
+        "released after {:?}, before the bound",
+        stopped.elapsed()
+    );
+    drain(&mut controller.decisions, &mut seen);
+    for kind in ["Pod", "ConfigMap"] {
+        let released: Vec<_> = seen
+            .iter()
+            .filter(|d| d.kind == kind && d.reason.contains("has not answered"))
+            .collect();
+        assert_eq!(
+            released.len(),
+            1,
+            "exactly one release decision per object: {seen:?}"
+        );
+        assert_eq!(released[0].action, tenantplane_api::DecisionAction::Skip);
+        assert!(
+            released[0]
+                .reason
+                .contains("garbage collection removes once the host answers"),
+            "{}",
+            released[0].reason
+        );
+    }
+
+    // The host answers again: its Pod copy, and the ConfigMap copy no Pod uses, go.
+    h.host_server.start().await.unwrap();
+    let host = h.host_server.client().await.unwrap();
+    wait_gone(&dynamic(&host, "v1", "Pod", Some(HOST_NS)), &host_name).await;
+    wait_gone(&dynamic(&host, "v1", "ConfigMap", Some(HOST_NS)), &host_cm).await;
+    controller.stop().await;
+}
+
+fn has_host_copy_finalizer(o: &kube::api::DynamicObject) -> bool {
+    o.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == "tenantplane.io/host-copy"))
+        && o.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.get("tenantplane.io/host-copy").map(String::as_str) == Some("true"))
+}
+
+#[tokio::test]
+async fn a_deleted_dependency_loses_its_host_copy_before_it_goes_and_the_pod_keeps_running() {
+    let (h, controller) = start().await;
+    create(&h.tenant, configmap("shop", "cfg", json!({"k": "v"}))).await;
+    create(&h.tenant, secret("shop", "db", "s3cret")).await;
+    create(
+        &h.tenant,
+        pod(
+            "web",
+            json!({"containers": [{"name": "app", "image": "nginx",
+        "envFrom": [{"configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "db"}}]}]}),
+        ),
+    )
+    .await;
+    let host_pod = predicted("web", "shop", "dev");
+    let host_cm = predicted("cfg", "shop", "dev");
+    let host_cms = h.host_api("v1", "ConfigMap");
+    wait_for(&h.host_api("v1", "Pod"), &host_pod).await;
+    wait_for(&host_cms, &host_cm).await;
+    wait_for(&h.host_api("v1", "Secret"), &predicted("db", "shop", "dev")).await;
+    let tenant_cms = h.tenant_api("v1", "ConfigMap", "shop");
+    wait_for_that(
+        &tenant_cms,
+        "cfg",
+        "the ConfigMap's finalizer",
+        has_host_copy_finalizer,
+    )
+    .await;
+    wait_for_that(
+        &h.tenant_api("v1", "Secret", "shop"),
+        "db",
+        "the Secret's finalizer",
+        has_host_copy_finalizer,
+    )
+    .await;
+
+    tenant_cms
+        .delete("cfg", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&tenant_cms, "cfg").await;
+    // The host copy went first: it is already gone when the tenant object is.
+    assert!(host_cms.get_opt(&host_cm).await.unwrap().is_none());
+    let decision = eventually("a Delete decision for the ConfigMap copy", || async {
+        h.decisions("dev")
+            .await
+            .into_iter()
+            .find(|d| d["action"] == "Delete" && d["kind"] == "ConfigMap")
+    })
+    .await;
+    assert!(
+        decision["reason"]
+            .as_str()
+            .unwrap()
+            .contains("Pods using it keep running"),
+        "{decision}"
+    );
+    // The Pod keeps running, and the copy is not made again on later passes.
+    controller.wait_passes("dev", 2).await;
+    assert!(host_cms.get_opt(&host_cm).await.unwrap().is_none());
+    assert!(
+        h.host_api("v1", "Pod")
+            .get_opt(&host_pod)
+            .await
+            .unwrap()
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+    );
+    controller.stop().await;
+}
+
 #[tokio::test]
 async fn a_lost_host_pod_fails_the_tenant_pod_and_is_not_recreated() {
     let (h, controller) = start().await;
@@ -729,9 +904,10 @@ async fn a_bound_claim_brings_its_volume_and_csi_secret_under_the_tenant_identit
 async fn deleting_the_tenant_cluster_removes_what_pods_brought_and_releases_the_tenant_pods() {
     let (h, controller) = start().await;
     create(&h.tenant, configmap("shop", "cfg", json!({"k": "v"}))).await;
+    create(&h.tenant, secret("shop", "db", "s3cret")).await;
     create(&h.tenant, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": "shop"}})).await;
     create(&h.tenant, pod("web", json!({"serviceAccountName": "default",
-        "containers": [{"name": "app", "image": "nginx", "envFrom": [{"configMapRef": {"name": "cfg"}}]}],
+        "containers": [{"name": "app", "image": "nginx", "envFrom": [{"configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "db"}}]}],
         "volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]}))).await;
     let target = tenantplane_core::transform::TenantTarget::new("dev", HOST_NS).unwrap();
     let token_secret = tenantplane_core::pods::host_pod::token_secret_name(&target, "shop", "web");
@@ -742,6 +918,22 @@ async fn deleting_the_tenant_cluster_removes_what_pods_brought_and_releases_the_
     wait_for_that(&tenant_pods, "web", "finalizer", |p| {
         p.metadata.finalizers.is_some()
     })
+    .await;
+    let tenant_cms = h.tenant_api("v1", "ConfigMap", "shop");
+    let tenant_secrets = h.tenant_api("v1", "Secret", "shop");
+    wait_for_that(
+        &tenant_cms,
+        "cfg",
+        "the ConfigMap's finalizer",
+        has_host_copy_finalizer,
+    )
+    .await;
+    wait_for_that(
+        &tenant_secrets,
+        "db",
+        "the Secret's finalizer",
+        has_host_copy_finalizer,
+    )
     .await;
 
     h.tenant_clusters()
@@ -775,12 +967,28 @@ async fn deleting_the_tenant_cluster_removes_what_pods_brought_and_releases_the_
         released.metadata.finalizers.unwrap_or_default().is_empty(),
         "the tenant Pod is released"
     );
-    // So deleting it is not stuck.
+    // So deleting it is not stuck; nor are its dependencies, released too.
     tenant_pods
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
     wait_gone(&tenant_pods, "web").await;
+    for (api, name) in [(&tenant_cms, "cfg"), (&tenant_secrets, "db")] {
+        let released = api.get(name).await.unwrap();
+        assert!(
+            released.metadata.finalizers.unwrap_or_default().is_empty(),
+            "{name} is released"
+        );
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        wait_gone(api, name).await;
+    }
+    assert!(
+        h.host_api("v1", "Secret")
+            .get_opt(&predicted("db", "shop", "dev"))
+            .await
+            .unwrap()
+            .is_none()
+    );
     controller.stop().await;
 }
 

@@ -125,6 +125,8 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             decisions: decisions.clone(),
             instance: instance.clone(),
             workers,
+            host_unreachable_release:
+                tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
         }
     };
     let make_tenant_config = {

@@ -162,6 +162,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         decisions,
         instance: "tenantplane-up".into(),
         workers: args.workers,
+        host_unreachable_release: tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
     };
     let controller = tokio::spawn(controller::run(config, shutdown.clone()));
 

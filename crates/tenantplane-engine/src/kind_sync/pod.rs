@@ -7,7 +7,8 @@
 //! plan ([`plan_apply`]) and writes ([`KindSyncer::carry_out`]).
 
 use std::collections::BTreeSet;
-use std::sync::PoisonError;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{
@@ -36,10 +37,23 @@ use tenantplane_core::pods::{
 use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::transform::dependency_to_host;
 
+use super::dependency_finalizer::{
+    DependencyRef, release_dependency_finalizers, release_finalizers, remove_finalizer,
+};
+use super::outage::{HostOutages, is_unreachable, released_reason};
 use super::{Key, KindSyncer, SyncError, post_params, typed_value};
+use crate::queue::WorkQueue;
+
+/// How long a tenant object being deleted waits for a host API server that does
+/// not answer before its finalizer is released anyway.
+pub const DEFAULT_HOST_UNREACHABLE_RELEASE: Duration = Duration::from_secs(120);
+
+/// A host copy being deleted is looked at again this often even without a watch
+/// event, so a host that stops answering meanwhile starts the unreachable bound.
+const TERMINATING_RECHECK: Duration = Duration::from_secs(10);
 
 /// What the Pod path needs beyond a kind's syncer.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct PodSettings {
     pub controls: PodControls,
     /// The tenant API server's URL, as Pods on the host reach it.
@@ -47,6 +61,20 @@ pub struct PodSettings {
     /// Kinds the SyncPolicy syncs for their own sake: their copies are never
     /// removed by reference counting.
     pub synced_kinds: BTreeSet<GroupKind>,
+    /// A tenant Pod (or dependency) being deleted while the host does not answer
+    /// keeps its finalizer at most this long.
+    pub host_unreachable_release: Duration,
+}
+
+impl Default for PodSettings {
+    fn default() -> Self {
+        Self {
+            controls: PodControls::default(),
+            endpoint: None,
+            synced_kinds: BTreeSet::new(),
+            host_unreachable_release: DEFAULT_HOST_UNREACHABLE_RELEASE,
+        }
+    }
 }
 
 /// The Pod path's state, built once per syncer.
@@ -54,6 +82,17 @@ pub(super) struct PodPath {
     context: HostPodContext,
     synced_kinds: BTreeSet<GroupKind>,
     events: Recorder,
+    pub(super) outages: HostOutages,
+    /// Tenant dependencies being deleted, to finalize.
+    pub(super) dependencies: Arc<WorkQueue<DependencyRef>>,
+}
+
+/// Where deleting the host copy of a tenant object stands.
+enum HostCopy {
+    /// Deleted or terminating: its watch event (or a recheck) brings us back.
+    Deleting,
+    /// Not on the host (any more): the tenant object may go.
+    Gone,
 }
 
 /// The key a full pass queues to run dependency garbage collection (no Pod has an
@@ -78,6 +117,8 @@ impl PodPath {
             },
             synced_kinds: settings.synced_kinds,
             events: Recorder::new(tenant, reporter),
+            outages: HostOutages::new(settings.host_unreachable_release),
+            dependencies: WorkQueue::new(),
         }
     }
 }
@@ -97,36 +138,13 @@ fn api_error(verb: &'static str, name: &str) -> impl FnOnce(kube::Error) -> Sync
     move |source| SyncError::Api { verb, name, source }
 }
 
-/// Removes tenantplane's finalizer from every tenant Pod: the TenantCluster is
-/// going, its host copies are removed by the controller, and nothing would ever
-/// release these Pods otherwise. Returns how many were released.
+/// Removes tenantplane's finalizer from every tenant Pod and every tenant Pod
+/// dependency: the TenantCluster is going, its host copies are removed by the
+/// controller, and nothing would ever release these objects otherwise. Returns
+/// how many were released.
 pub async fn release_pod_finalizers(tenant: &Client) -> Result<usize, kube::Error> {
-    let pods: Api<DynamicObject> = Api::all_with(tenant.clone(), &core_resource("Pod"));
-    let mut released = 0;
-    for pod in pods.list(&ListParams::default()).await? {
-        let finalizers = pod.metadata.finalizers.clone().unwrap_or_default();
-        if !finalizers.iter().any(|f| f == FINALIZER) {
-            continue;
-        }
-        let (Some(namespace), Some(name)) =
-            (pod.metadata.namespace.clone(), pod.metadata.name.clone())
-        else {
-            continue;
-        };
-        let remaining: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
-        let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": pod.metadata.resource_version}});
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(tenant.clone(), &namespace, &core_resource("Pod"));
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => released += 1,
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(released)
+    let pods = release_finalizers(tenant, &core_resource("Pod"), None).await?;
+    Ok(pods + release_dependency_finalizers(tenant).await?)
 }
 
 /// `GET` one object as JSON with its kind; `None` when it does not exist.
@@ -167,7 +185,7 @@ fn to_value(object: &DynamicObject) -> Result<Value, SyncError> {
 }
 
 impl KindSyncer {
-    fn pod_path(&self) -> Result<&PodPath, SyncError> {
+    pub(super) fn pod_path(&self) -> Result<&PodPath, SyncError> {
         self.pods
             .as_ref()
             .ok_or_else(|| SyncError::Decode("the Pod path is not configured".into()))
@@ -355,7 +373,7 @@ impl KindSyncer {
     ) -> Result<DependencyState, SyncError> {
         match kind {
             DependencyKind::ConfigMap | DependencyKind::Secret => {
-                self.ensure_copy(pod, kind.as_str(), namespace, name, field, None)
+                self.ensure_copy(pod, kind, namespace, name, field, None)
                     .await
             }
             DependencyKind::PersistentVolumeClaim => {
@@ -370,15 +388,16 @@ impl KindSyncer {
     pub(super) async fn ensure_copy(
         &self,
         pod: &Key,
-        kind: &str,
+        dependency: DependencyKind,
         namespace: &str,
         name: &str,
         field: &str,
         adjust: Option<&(dyn Fn(&mut Value) + Sync)>,
     ) -> Result<DependencyState, SyncError> {
         let path = self.pod_path()?;
+        let kind = dependency.as_str();
         let resource = core_resource(kind);
-        let group_kind = GroupKind::new("", kind);
+        let group_kind = dependency.group_kind();
         let tenant_api: Api<DynamicObject> =
             Api::namespaced_with(self.ctx.tenant.clone(), namespace, &resource);
         let Some(tenant_value) = get_value(&tenant_api, &resource, name).await? else {
@@ -386,6 +405,22 @@ impl KindSyncer {
                 "it does not exist in the tenant".into(),
             ));
         };
+        if tenant_value
+            .pointer("/metadata/deletionTimestamp")
+            .is_some()
+        {
+            // Its copy is being removed (finalizer): never made again meanwhile.
+            return Ok(DependencyState::Waiting(
+                "it is being deleted in the tenant".into(),
+            ));
+        }
+        let kind_synced = path.synced_kinds.contains(&group_kind);
+        if !kind_synced {
+            // The finalizer first: from then on the tenant object cannot disappear
+            // before its host copy is gone.
+            self.ensure_dependency_finalizer(dependency, &tenant_value)
+                .await?;
+        }
         let (placement, mut desired) =
             match dependency_to_host(&self.ctx.target, &group_kind, &tenant_value) {
                 Ok(ok) => ok,
@@ -394,7 +429,6 @@ impl KindSyncer {
         if let Some(adjust) = adjust {
             adjust(&mut desired);
         }
-        let kind_synced = path.synced_kinds.contains(&group_kind);
         if !kind_synced
             && let Some(annotations) = desired
                 .pointer_mut("/metadata/annotations")
@@ -493,7 +527,8 @@ impl KindSyncer {
     }
 
     /// The tenant Pod is being deleted: delete the host Pod with the same grace
-    /// period and a UID precondition; once it is gone, let the tenant Pod go.
+    /// period and a UID precondition; once it is gone, let the tenant Pod go. A
+    /// host that does not answer for longer than the bound lets it go too.
     async fn finalize_pod(
         &self,
         key: &Key,
@@ -505,6 +540,74 @@ impl KindSyncer {
         if !finalizers.iter().any(|f| f == FINALIZER) {
             return Ok(());
         }
+        let outages = &self.pod_path()?.outages;
+        let unreachable_for = match self
+            .remove_host_pod(key, tenant_pod, host_name, host_pod)
+            .await
+        {
+            Ok(HostCopy::Deleting) => {
+                outages.answered("Pod", key);
+                self.queue.add_after(key.clone(), TERMINATING_RECHECK);
+                return Ok(());
+            }
+            Ok(HostCopy::Gone) => None,
+            Err(err) if is_unreachable(&err) => match outages.failed("Pod", key) {
+                Some(down_for) => Some(down_for),
+                None => return Err(err),
+            },
+            Err(err) => return Err(err),
+        };
+        let pods = self.tenant_pods(&key.0);
+        remove_finalizer(&pods, &key.1, tenant_pod).await?;
+        // A Pod bound to a node waits for its kubelet to confirm; the host's kubelet
+        // confirmed by deleting the host Pod, so confirm for it.
+        if tenant_pod.pointer("/spec/nodeName").is_some() {
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: str_at(tenant_pod, "/metadata/uid"),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match pods.delete(&key.1, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+                Err(source) => {
+                    return Err(SyncError::Api {
+                        verb: "delete",
+                        name: key.1.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        outages.answered("Pod", key);
+        if let Some(down_for) = unreachable_for {
+            self.decide(
+                DecisionAction::Skip,
+                key,
+                str_at(tenant_pod, "/metadata/uid"),
+                host_name,
+                released_reason("Pod", down_for, outages.bound()),
+            );
+            // The host does not answer: its copies are collected once it does (the
+            // tenant Pod's deletion and the host's re-list both queue this key).
+            return Ok(());
+        }
+        self.collect_nodes().await?;
+        self.collect_dependencies().await
+    }
+
+    /// Deletes the host Pod of `key` (same grace period as the tenant Pod, UID
+    /// precondition, only when it is ours), then, once it is gone, its tokens.
+    async fn remove_host_pod(
+        &self,
+        key: &Key,
+        tenant_pod: &Value,
+        host_name: &str,
+        host_pod: Option<&Value>,
+    ) -> Result<HostCopy, SyncError> {
         if let Some(host_pod) = host_pod {
             let ours = {
                 let (name, labels, annotations) = tenantplane_core::plan::meta_of(host_pod);
@@ -516,8 +619,17 @@ impl KindSyncer {
             };
             if ours {
                 if host_pod.pointer("/metadata/deletionTimestamp").is_some() {
-                    // Terminating on the host: its watch event brings us back.
-                    return Ok(());
+                    // Terminating on the host: its watch event brings us back. Asked
+                    // (a read) rather than trusted from the cache, so a host that
+                    // stopped answering meanwhile is noticed.
+                    let current = get_value(&self.host_api, &self.host_resource, host_name).await?;
+                    return Ok(match current {
+                        Some(_) => HostCopy::Deleting,
+                        None => {
+                            self.delete_tokens(key).await?;
+                            HostCopy::Gone
+                        }
+                    });
                 }
                 let grace = tenant_pod
                     .pointer("/metadata/deletionGracePeriodSeconds")
@@ -555,56 +667,12 @@ impl KindSyncer {
                     host_name,
                     format!("the tenant Pod is being deleted; host Pod deleted with {grace_text}{waited}"),
                 );
-                return Ok(());
+                return Ok(HostCopy::Deleting);
             }
         }
-        // No host Pod of ours any more: its tokens go, then the tenant Pod is released.
+        // No host Pod of ours any more: its tokens go, then the tenant Pod may go.
         self.delete_tokens(key).await?;
-        let remaining: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
-        let patch = json!({"metadata": {
-            "finalizers": remaining,
-            "resourceVersion": tenant_pod.pointer("/metadata/resourceVersion"),
-        }});
-        let pods = self.tenant_pods(&key.0);
-        match pods
-            .patch(&key.1, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => {
-                return Err(SyncError::Api {
-                    verb: "remove the finalizer from",
-                    name: key.1.clone(),
-                    source,
-                });
-            }
-        }
-        // A Pod bound to a node waits for its kubelet to confirm; the host's kubelet
-        // confirmed by deleting the host Pod, so confirm for it.
-        if tenant_pod.pointer("/spec/nodeName").is_some() {
-            let params = DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions {
-                    uid: str_at(tenant_pod, "/metadata/uid"),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match pods.delete(&key.1, &params).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-                Err(source) => {
-                    return Err(SyncError::Api {
-                        verb: "delete",
-                        name: key.1.clone(),
-                        source,
-                    });
-                }
-            }
-        }
-        self.collect_nodes().await?;
-        self.collect_dependencies().await
+        Ok(HostCopy::Gone)
     }
 
     /// The host Pod the tenant Pod records is gone: the tenant Pod fails, it is not
@@ -783,7 +851,7 @@ pub(super) fn str_at(value: &Value, pointer: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn string_list(value: Option<&Value>) -> Vec<String> {
+pub(super) fn string_list(value: Option<&Value>) -> Vec<String> {
     value
         .and_then(Value::as_array)
         .map(|a| {

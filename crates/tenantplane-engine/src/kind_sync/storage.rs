@@ -6,6 +6,7 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
+use tenantplane_core::pods::DependencyKind;
 use tenantplane_core::pods::status::pvc_status_update;
 use tenantplane_core::pods::storage::{
     bound_volume, host_pv, host_pvc, pv_host_name, pv_is_ours, volume_secrets,
@@ -34,6 +35,12 @@ pub(super) async fn ensure_claim(
             "it does not exist in the tenant".into(),
         ));
     };
+    if tenant_pvc.pointer("/metadata/deletionTimestamp").is_some() {
+        // Its copies are being removed (finalizer): its PV is not copied again.
+        return Ok(DependencyState::Waiting(
+            "it is being deleted in the tenant".into(),
+        ));
+    }
     let volume = match bound_volume(&tenant_pvc) {
         Ok(volume) => volume,
         Err(err) => return Ok(DependencyState::Waiting(err.to_string())),
@@ -49,7 +56,14 @@ pub(super) async fn ensure_claim(
     for secret in volume_secrets(&tenant_pv) {
         let why = format!("{field} -> PersistentVolume {volume} {}", secret.field);
         if let DependencyState::Waiting(reason) = syncer
-            .ensure_copy(pod, "Secret", &secret.namespace, &secret.name, &why, None)
+            .ensure_copy(
+                pod,
+                DependencyKind::Secret,
+                &secret.namespace,
+                &secret.name,
+                &why,
+                None,
+            )
             .await?
         {
             return Ok(DependencyState::Waiting(format!(
@@ -126,7 +140,7 @@ pub(super) async fn ensure_claim(
     let state = syncer
         .ensure_copy(
             pod,
-            "PersistentVolumeClaim",
+            DependencyKind::PersistentVolumeClaim,
             namespace,
             name,
             field,

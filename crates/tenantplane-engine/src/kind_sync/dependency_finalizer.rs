@@ -1,0 +1,361 @@
+//! Finalizers on tenant Pod dependencies (ConfigMaps, Secrets, PVCs copied only
+//! because a Pod uses them): the tenant object cannot disappear before its host
+//! copy is removed.
+//!
+//! The finalizer `tenantplane.io/host-copy` comes with a label of the same key, so
+//! one label-selected tenant watch per dependency kind sees exactly the objects
+//! that carry it: a deletion is noticed from its watch event, not at the next full
+//! pass. Deleting a dependency a running Pod uses is allowed, as in Kubernetes: the
+//! host Pod keeps running (it is not recreated without it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Preconditions,
+};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
+use tenantplane_core::pods::DependencyKind;
+use tenantplane_core::pods::status::FINALIZER;
+use tenantplane_core::provenance::reverse_lookup;
+use tenantplane_core::transform::dependency_to_host;
+
+use super::outage::{is_unreachable, released_reason};
+use super::pod::{get_value, str_at, string_list};
+use super::{Key, KindSyncer, SyncError, WatchBackoff};
+
+/// Marks tenant objects carrying [`FINALIZER`] as dependencies, for the watch.
+pub const LABEL_HOST_COPY: &str = FINALIZER;
+
+/// The kinds a Pod depends on, each with its own watch.
+pub(super) const DEPENDENCY_KINDS: [DependencyKind; 3] = [
+    DependencyKind::ConfigMap,
+    DependencyKind::Secret,
+    DependencyKind::PersistentVolumeClaim,
+];
+
+/// A dependency of a tenant Pod: its kind and `(namespace, name)`.
+pub(super) type DependencyRef = (DependencyKind, Key);
+
+fn resource(kind: DependencyKind) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", kind.as_str()))
+}
+
+fn selector() -> String {
+    format!("{LABEL_HOST_COPY}=true")
+}
+
+/// Whether a tenant object carries tenantplane's finalizer.
+fn has_finalizer(object: &Value) -> bool {
+    string_list(object.pointer("/metadata/finalizers"))
+        .iter()
+        .any(|f| f == FINALIZER)
+}
+
+/// The merge patch removing [`FINALIZER`] from `object`, guarded by its version.
+fn without_finalizer(object: &Value) -> Value {
+    let remaining: Vec<String> = string_list(object.pointer("/metadata/finalizers"))
+        .into_iter()
+        .filter(|f| f != FINALIZER)
+        .collect();
+    json!({"metadata": {
+        "finalizers": remaining,
+        "resourceVersion": object.pointer("/metadata/resourceVersion"),
+    }})
+}
+
+/// Removes [`FINALIZER`] from tenant object `name` as observed in `object`
+/// (already gone is fine).
+pub(super) async fn remove_finalizer(
+    api: &Api<DynamicObject>,
+    name: &str,
+    object: &Value,
+) -> Result<(), SyncError> {
+    match api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(without_finalizer(object)),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(SyncError::Api {
+            verb: "remove the finalizer from",
+            name: name.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Where removing a dependency's host copy stands.
+enum CopyRemoval {
+    Removed(String),
+    /// The host did not answer for longer than the bound, for this long.
+    Abandoned(Duration),
+}
+
+impl KindSyncer {
+    fn tenant_dependencies(&self, kind: DependencyKind, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.ctx.tenant.clone(), namespace, &resource(kind))
+    }
+
+    /// Adds the finalizer and its label to a tenant dependency whose copy is about
+    /// to be made (a write only when they are missing).
+    pub(super) async fn ensure_dependency_finalizer(
+        &self,
+        kind: DependencyKind,
+        tenant_object: &Value,
+    ) -> Result<(), SyncError> {
+        if has_finalizer(tenant_object) {
+            return Ok(());
+        }
+        let namespace = str_at(tenant_object, "/metadata/namespace").unwrap_or_default();
+        let name = str_at(tenant_object, "/metadata/name").unwrap_or_default();
+        let mut finalizers = string_list(tenant_object.pointer("/metadata/finalizers"));
+        finalizers.push(FINALIZER.to_owned());
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "labels": {LABEL_HOST_COPY: "true"},
+            "resourceVersion": tenant_object.pointer("/metadata/resourceVersion"),
+        }});
+        self.tenant_dependencies(kind, &namespace)
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(|source| SyncError::Api {
+                verb: "add the finalizer to",
+                name,
+                source,
+            })?;
+        Ok(())
+    }
+
+    /// Watches the tenant objects of `kind` that carry the finalizer and queues
+    /// those being deleted.
+    pub(super) async fn watch_dependencies(self: Arc<Self>, kind: DependencyKind) {
+        let Ok(path) = self.pod_path() else { return };
+        let api: Api<DynamicObject> = Api::all_with(self.ctx.tenant.clone(), &resource(kind));
+        let config = watcher::Config::default().labels(&selector());
+        let mut stream = watcher(api, config)
+            .backoff(WatchBackoff::default())
+            .boxed();
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj))
+                    if obj.metadata.deletion_timestamp.is_some() =>
+                {
+                    if let Some(key) = Self::key_of(&obj) {
+                        path.dependencies.add((kind, key));
+                    }
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(%err, %kind, tenant = %self.ctx.target.tenant, "dependency watch failed; retrying");
+                }
+            }
+        }
+    }
+
+    /// Finalizes queued dependencies, retrying each with backoff until it is done.
+    pub(super) async fn finalize_dependencies(self: Arc<Self>) {
+        let Ok(path) = self.pod_path() else { return };
+        let queue = Arc::clone(&path.dependencies);
+        let mut attempts: std::collections::HashMap<DependencyRef, u32> =
+            std::collections::HashMap::new();
+        while let Some(item) = queue.next().await {
+            match self.finalize_dependency(item.0, &item.1).await {
+                Ok(()) => {
+                    attempts.remove(&item);
+                }
+                Err(err) => {
+                    let attempt = attempts.entry(item.clone()).or_insert(0);
+                    *attempt = attempt.saturating_add(1);
+                    tracing::warn!(error = %err, kind = %item.0, namespace = %item.1.0, name = %item.1.1, attempt = *attempt, "finalizing a dependency failed; retrying");
+                    let backoff =
+                        Duration::from_millis(100u64.saturating_mul(1 << (*attempt).min(8)));
+                    queue.add_after(item.clone(), backoff.min(Duration::from_secs(30)));
+                }
+            }
+            queue.done(&item);
+        }
+    }
+
+    /// The tenant dependency `key` is being deleted: delete its host copy (if it is
+    /// ours, UID precondition), then remove the finalizer.
+    async fn finalize_dependency(&self, kind: DependencyKind, key: &Key) -> Result<(), SyncError> {
+        let path = self.pod_path()?;
+        let tenant_api = self.tenant_dependencies(kind, &key.0);
+        let Some(tenant_object) = get_value(&tenant_api, &resource(kind), &key.1).await? else {
+            return Ok(());
+        };
+        if tenant_object
+            .pointer("/metadata/deletionTimestamp")
+            .is_none()
+            || !has_finalizer(&tenant_object)
+        {
+            return Ok(());
+        }
+        let host_name = dependency_to_host(&self.ctx.target, &kind.group_kind(), &tenant_object)
+            .map(|(placement, _)| placement.host_name.name)
+            .ok();
+        let removal = match &host_name {
+            None => CopyRemoval::Removed(String::new()),
+            Some(host_name) => match self.remove_dependency_copy(kind, key, host_name).await {
+                Ok(waited) => {
+                    path.outages.answered(kind.as_str(), key);
+                    CopyRemoval::Removed(waited)
+                }
+                Err(err) if is_unreachable(&err) => match path.outages.failed(kind.as_str(), key) {
+                    Some(down_for) => CopyRemoval::Abandoned(down_for),
+                    None => return Err(err),
+                },
+                Err(err) => return Err(err),
+            },
+        };
+        remove_finalizer(&tenant_api, &key.1, &tenant_object).await?;
+        path.outages.answered(kind.as_str(), key);
+        let Some(host_name) = host_name else {
+            return Ok(());
+        };
+        let (action, reason) = match removal {
+            CopyRemoval::Removed(waited) => (
+                DecisionAction::Delete,
+                format!(
+                    "the tenant {kind} is being deleted: its host copy is removed, then the tenant \
+                     object; Pods using it keep running, as in Kubernetes{waited}"
+                ),
+            ),
+            CopyRemoval::Abandoned(down_for) => (
+                DecisionAction::Skip,
+                released_reason("copy", down_for, path.outages.bound()),
+            ),
+        };
+        self.ctx.decisions.send(
+            action,
+            "v1",
+            kind.as_str(),
+            TenantObjectRef {
+                namespace: key.0.clone(),
+                name: key.1.clone(),
+                uid: str_at(&tenant_object, "/metadata/uid"),
+            },
+            HostTarget {
+                namespace: self.ctx.target.host_namespace.clone(),
+                name: host_name,
+            },
+            reason,
+        );
+        Ok(())
+    }
+
+    /// Deletes host copy `host_name` of dependency `key` when it reverse-maps to
+    /// it (a PVC copy's PV copy with it). Returns the write budget's wait note.
+    async fn remove_dependency_copy(
+        &self,
+        kind: DependencyKind,
+        key: &Key,
+        host_name: &str,
+    ) -> Result<String, SyncError> {
+        let host_api: Api<DynamicObject> = Api::namespaced_with(
+            self.ctx.host.clone(),
+            &self.ctx.target.host_namespace,
+            &resource(kind),
+        );
+        let Some(copy) = get_value(&host_api, &resource(kind), host_name).await? else {
+            return Ok(String::new());
+        };
+        let (name, labels, annotations) = tenantplane_core::plan::meta_of(&copy);
+        let ours = reverse_lookup(name, &labels, &annotations).is_ok_and(|id| {
+            id.tenant == self.ctx.target.tenant
+                && id.group_kind == kind.group_kind()
+                && id.virtual_namespace == key.0
+                && id.name == key.1
+        });
+        // Not ours: never touched. Already terminating (pvc-protection): the host
+        // finishes it.
+        if !ours || copy.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(String::new());
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: str_at(&copy, "/metadata/uid"),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let waited = self.write_budget().await;
+        self.count_write("delete");
+        match host_api.delete(host_name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(source) => {
+                return Err(SyncError::Api {
+                    verb: "delete",
+                    name: host_name.to_owned(),
+                    source,
+                });
+            }
+        }
+        if kind == DependencyKind::PersistentVolumeClaim
+            && let Some(volume) = str_at(&copy, "/spec/volumeName")
+        {
+            super::storage::delete_volume_copy(self, &volume).await?;
+        }
+        Ok(waited)
+    }
+}
+
+/// Removes tenantplane's finalizer from every tenant object of `resource` that
+/// matches `selector`: the TenantCluster is going and nothing would release them
+/// otherwise. Returns how many were released.
+pub(super) async fn release_finalizers(
+    tenant: &Client,
+    resource: &ApiResource,
+    selector: Option<&str>,
+) -> Result<usize, kube::Error> {
+    let api: Api<DynamicObject> = Api::all_with(tenant.clone(), resource);
+    let params = selector.map_or_else(ListParams::default, |s| ListParams::default().labels(s));
+    let mut released = 0;
+    for object in api.list(&params).await? {
+        let (Some(namespace), Some(name)) = (
+            object.metadata.namespace.clone(),
+            object.metadata.name.clone(),
+        ) else {
+            continue;
+        };
+        let value = serde_json::to_value(&object).unwrap_or_default();
+        if !has_finalizer(&value) {
+            continue;
+        }
+        let namespaced: Api<DynamicObject> =
+            Api::namespaced_with(tenant.clone(), &namespace, resource);
+        match namespaced
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(without_finalizer(&value)),
+            )
+            .await
+        {
+            Ok(_) => released += 1,
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(released)
+}
+
+/// Releases the finalizers of every tenant dependency ([`release_finalizers`]).
+pub(super) async fn release_dependency_finalizers(tenant: &Client) -> Result<usize, kube::Error> {
+    let mut released = 0;
+    for kind in DEPENDENCY_KINDS {
+        released += release_finalizers(tenant, &resource(kind), Some(&selector())).await?;
+    }
+    Ok(released)
+}
