@@ -15,7 +15,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    Preconditions,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::discovery::pinned_kind;
@@ -38,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conditions::ConditionSet;
 use crate::decisions::{MANAGER, RecorderConfig, TenantDecision, start_recorder};
+use crate::deletion::{delete_exact, exactly};
 use crate::engine::{Engine, EngineSpec, KindState};
 use crate::isolation::apply_isolation;
 use crate::kind_sync::{PodSettings, release_pod_finalizers};
@@ -762,17 +762,8 @@ async fn delete_matching(
         if !is_ours(&obj) {
             continue;
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: obj.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&obj.name_any(), &params).await {
-            Ok(_) => deleted += 1,
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => return Err(e.into()),
+        if delete_exact(api, &obj.name_any(), &exactly(obj.uid())).await? {
+            deleted += 1;
         }
     }
     Ok(deleted)

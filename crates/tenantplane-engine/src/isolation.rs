@@ -18,7 +18,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -34,6 +34,7 @@ use tenantplane_core::metadata::{
 };
 
 use crate::decisions::MANAGER;
+use crate::deletion::exactly;
 
 const POD_SECURITY_PREFIX: &str = "pod-security.kubernetes.io/";
 
@@ -493,15 +494,8 @@ where
     match (desired, live) {
         (None, None) => Ok(ObjectAction::Absent),
         (None, Some(live)) => {
-            let params = DeleteParams {
-                // Only the object we just checked, not one recreated since.
-                preconditions: Some(Preconditions {
-                    uid: live.uid(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match api.delete(name, &params).await {
+            // Only the object we just checked, not one recreated since.
+            match api.delete(name, &exactly(live.uid())).await {
                 Ok(_) => Ok(ObjectAction::Deleted),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(ObjectAction::Absent),
                 Err(e) => Err(host_err("delete")(e)),

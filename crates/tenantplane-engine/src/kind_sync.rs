@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
+use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -31,6 +31,7 @@ use tenantplane_core::transform::{TenantTarget, TransformError, is_system_namesp
 use tokio_util::sync::CancellationToken;
 
 use crate::decisions::{DecisionSender, MANAGER};
+use crate::deletion::exactly;
 use crate::fairness::WriteBudget;
 use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
@@ -816,13 +817,7 @@ impl KindSyncer {
             }
             GcPlan::Delete { uid, reason } => {
                 let waited = self.write_budget().await;
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid,
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
+                let params = exactly(uid);
                 self.count_write("delete");
                 match self.host_api.delete(host_name, &params).await {
                     Ok(_) => {}

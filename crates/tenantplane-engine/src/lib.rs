@@ -5,6 +5,7 @@
 pub mod conditions;
 pub mod controller;
 pub mod decisions;
+mod deletion;
 pub mod engine;
 pub mod fairness;
 pub mod isolation;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, ResourceQuotaSpec};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -35,6 +35,7 @@ use tenantplane_core::quantity::exact_nanos;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::deletion::{delete_exact, exactly};
 use crate::metrics::{Metrics, POOL_CONTROLLER, ResultLabels};
 
 /// Field manager of the pool controller's writes.
@@ -465,16 +466,8 @@ async fn delete_quota(host: &Client, quota: &ResourceQuota) -> Result<(), PoolEr
     let namespace = quota.namespace().unwrap_or_default();
     let name = quota.name_any();
     let api: Api<ResourceQuota> = Api::namespaced(host.clone(), &namespace);
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: quota.uid(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&name, &params).await {
+    match delete_exact(&api, &name, &exactly(quota.uid())).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
         Err(source) => Err(PoolError::Quota {
             namespace,
             name,

@@ -63,9 +63,7 @@ use base64::Engine as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Secret, Service};
-use kube::api::{
-    DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
-};
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa, KeyPair,
@@ -82,6 +80,7 @@ use tenantplane_core::metadata::{
 use tenantplane_core::versions::{self, SupportedVersion};
 
 use crate::decisions::MANAGER;
+use crate::deletion::exactly;
 use crate::isolation::{ConvergeError, ObjectAction, converge};
 
 /// The tenant API server's port (k3s' supervisor and API server).
@@ -985,7 +984,7 @@ pub async fn cleanup_control_plane(
         .map_err(|e| host_error("PersistentVolumeClaim", cp_ns, "")("list", e))?;
     for claim in list.items.iter().filter(|c| names.is_ours(c.labels())) {
         let name = claim.name_any();
-        match claims.delete(&name, &delete_params(claim.uid())).await {
+        match claims.delete(&name, &exactly(claim.uid())).await {
             Ok(_) => outcome
                 .deleted
                 .push(format!("PersistentVolumeClaim {cp_ns}/{name}")),
@@ -1016,10 +1015,7 @@ pub async fn cleanup_control_plane(
     let this_needs_it =
         tc.metadata.deletion_timestamp.is_none() && tc.spec.control_plane.external.is_none();
     if !others_need_it && !this_needs_it && namespace.metadata.deletion_timestamp.is_none() {
-        match namespaces
-            .delete(cp_ns, &delete_params(namespace.uid()))
-            .await
-        {
+        match namespaces.delete(cp_ns, &exactly(namespace.uid())).await {
             Ok(_) => outcome.namespace_deleted = true,
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => return Err(ns_err("delete", e)),
@@ -1027,16 +1023,6 @@ pub async fn cleanup_control_plane(
     }
     tracing::info!(tenant = %names.tenant, namespace = %names.namespace, ?outcome, "control plane cleaned up");
     Ok(outcome)
-}
-
-fn delete_params(uid: Option<String>) -> DeleteParams {
-    DeleteParams {
-        preconditions: Some(Preconditions {
-            uid,
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    }
 }
 
 #[cfg(test)]

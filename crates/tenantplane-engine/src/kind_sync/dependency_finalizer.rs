@@ -12,10 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    Preconditions,
-};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -28,6 +25,7 @@ use tenantplane_core::transform::dependency_to_host;
 use super::outage::{is_unreachable, released_reason};
 use super::pod::{get_value, str_at, string_list};
 use super::{Key, KindSyncer, SyncError, WatchBackoff};
+use crate::deletion::{delete_exact, exactly};
 
 /// Marks tenant objects carrying [`FINALIZER`] as dependencies, for the watch.
 pub const LABEL_HOST_COPY: &str = FINALIZER;
@@ -282,18 +280,11 @@ impl KindSyncer {
         if !ours || copy.pointer("/metadata/deletionTimestamp").is_some() {
             return Ok(String::new());
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: str_at(&copy, "/metadata/uid"),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
+        let params = exactly(str_at(&copy, "/metadata/uid"));
         let waited = self.write_budget().await;
         self.count_write("delete");
-        match host_api.delete(host_name, &params).await {
+        match delete_exact(&host_api, host_name, &params).await {
             Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
             Err(source) => {
                 return Err(SyncError::Api {
                     verb: "delete",

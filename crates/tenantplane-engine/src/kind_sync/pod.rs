@@ -13,7 +13,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    Preconditions,
 };
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
@@ -42,6 +41,7 @@ use super::dependency_finalizer::{
 };
 use super::outage::{HostOutages, is_unreachable, released_reason};
 use super::{Key, KindSyncer, SyncError, post_params, typed_value};
+use crate::deletion::{delete_exact, exactly};
 use crate::queue::WorkQueue;
 
 /// How long a tenant object being deleted waits for a host API server that does
@@ -564,15 +564,10 @@ impl KindSyncer {
         if tenant_pod.pointer("/spec/nodeName").is_some() {
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions {
-                    uid: str_at(tenant_pod, "/metadata/uid"),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
+                ..exactly(str_at(tenant_pod, "/metadata/uid"))
             };
-            match pods.delete(&key.1, &params).await {
+            match delete_exact(&pods, &key.1, &params).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
                 Err(source) => {
                     return Err(SyncError::Api {
                         verb: "delete",
@@ -637,11 +632,7 @@ impl KindSyncer {
                     .and_then(|g| u32::try_from(g).ok());
                 let params = DeleteParams {
                     grace_period_seconds: grace,
-                    preconditions: Some(Preconditions {
-                        uid: str_at(host_pod, "/metadata/uid"),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
+                    ..exactly(str_at(host_pod, "/metadata/uid"))
                 };
                 let waited = self.write_budget().await;
                 self.count_write("delete");
@@ -793,20 +784,12 @@ impl KindSyncer {
                     continue;
                 }
                 let host_name = name.to_owned();
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: str_at(&copy, "/metadata/uid"),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
+                let params = exactly(str_at(&copy, "/metadata/uid"));
                 let waited = self.write_budget().await;
                 self.count_write("delete");
-                match api.delete(&host_name, &params).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
-                        continue;
-                    }
+                match delete_exact(&api, &host_name, &params).await {
+                    Ok(true) => {}
+                    Ok(false) => continue,
                     Err(source) => {
                         return Err(SyncError::Api {
                             verb: "delete",

@@ -8,9 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::Api;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Preconditions,
-};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::Value;
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
 use tenantplane_core::metadata::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
@@ -23,6 +21,7 @@ use tenantplane_core::pods::tokens::{
 
 use super::pod::{DependencyState, get_value, put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params, typed_value};
+use crate::deletion::{delete_exact, exactly};
 
 fn core(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", kind))
@@ -193,17 +192,10 @@ impl KindSyncer {
         if !is_token_secret_of(&self.ctx.target, &key.0, &key.1, &existing) {
             return Ok(());
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: str_at(&existing, "/metadata/uid"),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
+        let params = exactly(str_at(&existing, "/metadata/uid"));
         self.count_write("delete");
-        match secrets.delete(&name, &params).await {
+        match delete_exact(&secrets, &name, &params).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
             Err(source) => Err(SyncError::Api {
                 verb: "delete",
                 name,
@@ -340,16 +332,9 @@ impl KindSyncer {
                     .await?;
                 continue;
             }
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: str_at(&node, "/metadata/uid"),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match nodes.delete(&name, &params).await {
+            let params = exactly(str_at(&node, "/metadata/uid"));
+            match delete_exact(&nodes, &name, &params).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
                 Err(source) => {
                     return Err(SyncError::Api {
                         verb: "delete",

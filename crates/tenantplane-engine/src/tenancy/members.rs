@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -15,6 +15,7 @@ use tenantplane_core::tenant_plan::{
 };
 
 use crate::decisions::MANAGER;
+use crate::deletion::{delete_exact, exactly};
 use crate::isolation::{ObjectAction, converge};
 
 /// What reconciling one member namespace found.
@@ -161,16 +162,5 @@ pub(crate) async fn delete_checked<K>(api: &Api<K>, object: &K) -> Result<bool, 
 where
     K: Resource + Clone + fmt::Debug + DeserializeOwned,
 {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: object.meta().uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&object.name_any(), &params).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
-        Err(e) => Err(e),
-    }
+    delete_exact(api, &object.name_any(), &exactly(object.meta().uid.clone())).await
 }
