@@ -232,15 +232,6 @@ fn plan_pool(
     held: &BTreeSet<&str>,
     outcomes: &mut BTreeMap<(String, String), ClaimOutcome>,
 ) -> PoolOutcome {
-    let unchanged = |problem: String| PoolOutcome {
-        name: pool.name.to_owned(),
-        problem: Some(problem),
-        namespaces: Vec::new(),
-        allocations: pool.ledger.to_vec(),
-        allocated: ResourceAmounts::new(),
-        overcommitted: Vec::new(),
-        quotas: BTreeMap::new(),
-    };
     let hard = match exact(
         pool.spec
             .quota
@@ -249,11 +240,11 @@ fn plan_pool(
             .unwrap_or(&ResourceAmounts::new()),
     ) {
         Ok(hard) => hard,
-        Err(problem) => return invalid(pool, claims, outcomes, unchanged(problem)),
+        Err(problem) => return invalid(pool, claims, outcomes, problem),
     };
     let defaults = match exact(&pool.spec.defaults) {
         Ok(defaults) => defaults,
-        Err(problem) => return invalid(pool, claims, outcomes, unchanged(problem)),
+        Err(problem) => return invalid(pool, claims, outcomes, problem),
     };
     let mut selected = BTreeSet::new();
     for namespace in namespaces {
@@ -262,7 +253,7 @@ fn plan_pool(
                 selected.insert(namespace.name.to_owned());
             }
             Ok(_) => {}
-            Err(problem) => return invalid(pool, claims, outcomes, unchanged(problem.to_string())),
+            Err(problem) => return invalid(pool, claims, outcomes, problem.to_string()),
         }
     }
 
@@ -378,14 +369,14 @@ fn plan_pool(
     }
 }
 
-/// A pool whose spec cannot be read: its ledger stays, its claims wait.
+/// A pool whose spec cannot be read: its ledger stays exactly as it is, its
+/// claims wait.
 fn invalid(
     pool: &PoolInput<'_>,
     claims: &[ClaimInput<'_>],
     outcomes: &mut BTreeMap<(String, String), ClaimOutcome>,
-    outcome: PoolOutcome,
+    problem: String,
 ) -> PoolOutcome {
-    let problem = outcome.problem.clone().unwrap_or_default();
     for claim in claims.iter().filter(|c| c.spec.pool == pool.name) {
         let held = pool
             .ledger
@@ -403,7 +394,15 @@ fn invalid(
         };
         outcomes.insert((claim.namespace.to_owned(), claim.name.to_owned()), result);
     }
-    outcome
+    PoolOutcome {
+        name: pool.name.to_owned(),
+        problem: Some(problem),
+        namespaces: Vec::new(),
+        allocations: pool.ledger.to_vec(),
+        allocated: ResourceAmounts::new(),
+        overcommitted: Vec::new(),
+        quotas: BTreeMap::new(),
+    }
 }
 
 fn bind(
