@@ -610,12 +610,7 @@ impl KindSyncer {
                 return Ok(());
             }
         }
-        let memo = self
-            .memos
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&host_name)
-            .cloned();
+        let memo = self.memo_of(&host_name);
         let plan = plan_apply(&source, &desired, observed.as_ref(), memo.as_ref());
         self.carry_out(
             key,
@@ -782,6 +777,15 @@ impl KindSyncer {
                 }
             }
         }
+    }
+
+    /// What the server stored at our last write of `host_name`, if we wrote it.
+    fn memo_of(&self, host_name: &str) -> Option<WriteMemo> {
+        self.memos
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(host_name)
+            .cloned()
     }
 
     fn remember(&self, host_name: &str, desired: &Value, stored: &DynamicObject) {

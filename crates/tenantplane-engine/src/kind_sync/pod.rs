@@ -315,12 +315,7 @@ impl KindSyncer {
         let source = built
             .placement
             .source_identity(&self.ctx.target.tenant, uid.as_deref());
-        let memo = self
-            .memos
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&host_name)
-            .cloned();
+        let memo = self.memo_of(&host_name);
         let plan = plan_apply(&source, &desired, host_pod.as_ref(), memo.as_ref());
         let reason = format!(
             "{} with {} dependencies rewritten to their host copies",
