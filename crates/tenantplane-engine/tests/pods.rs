@@ -865,11 +865,21 @@ async fn a_bound_claim_brings_its_volume_and_csi_secret_under_the_tenant_identit
         .await
         .unwrap();
     assert_eq!(claim.data["spec"]["volumeName"], pv_name.as_str());
-    h.host_api("v1", "Secret")
-        .get(&predicted("csi-creds", "storage", "dev"))
-        .await
-        .unwrap();
-    let decisions = serde_json::to_string(&h.decisions("dev").await).unwrap();
+    let csi_copy = predicted("csi-creds", "storage", "dev");
+    // Copied before the volume, which is before the Pod.
+    h.host_api("v1", "Secret").get(&csi_copy).await.unwrap();
+    // No Pod names the CSI Secret: the volume copy holds it. Full passes (each
+    // collects unused dependency copies) must leave it in place.
+    controller.wait_passes("dev", 2).await;
+    h.host_api("v1", "Secret").get(&csi_copy).await.unwrap();
+    let decisions = h.decisions("dev").await;
+    assert!(
+        !decisions
+            .iter()
+            .any(|d| d["action"] == "Delete" && d["host"]["name"] == csi_copy.as_str()),
+        "{decisions:?}"
+    );
+    let decisions = serde_json::to_string(&decisions).unwrap();
     assert!(!decisions.contains("s3cr3t"));
 
     // The Pod goes: so do the claim copy, the volume copy and the CSI Secret copy

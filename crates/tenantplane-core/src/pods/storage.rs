@@ -3,7 +3,7 @@
 //! name and metadata carry the tenant's identity (TenantCluster and host namespace):
 //! two tenants can never share one host PV.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
@@ -244,6 +244,40 @@ pub fn pv_is_ours(target: &TenantTarget, pv: &str, observed: &Value) -> bool {
         && name == Some(pv_host_name(target, pv).as_str())
 }
 
+/// Host names of the Secrets that `target`'s live host PV copies point at (their CSI
+/// secret references). Such a Secret stays while the copy lives, whatever Pods use:
+/// the kubelet needs it for every mount of the volume, and no Pod names it.
+pub fn secrets_held_by_volumes<'a>(
+    target: &TenantTarget,
+    host_pvs: impl IntoIterator<Item = &'a Value>,
+) -> BTreeSet<String> {
+    let mut held = BTreeSet::new();
+    for pv in host_pvs {
+        let virtual_name = pv
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(ANNOTATION_VIRTUAL_NAME))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !pv_is_ours(target, virtual_name, pv)
+            || pv.pointer("/metadata/deletionTimestamp").is_some()
+        {
+            continue;
+        }
+        let Some(csi) = pv.pointer("/spec/csi") else {
+            continue;
+        };
+        for key in CSI_SECRET_REFS {
+            let Some(r) = csi.get(key) else { continue };
+            if r.get("namespace").and_then(Value::as_str) == Some(target.host_namespace.as_str())
+                && let Some(name) = r.get("name").and_then(Value::as_str)
+            {
+                held.insert(name.to_owned());
+            }
+        }
+    }
+    held
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,5 +388,34 @@ mod tests {
             volume_secrets(&json!({"spec": {"csi": {"nodePublishSecretRef": {"name": "x"}}}}))
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn live_volume_copies_hold_their_csi_secrets() {
+        let t = target("dev", "team-dev");
+        let mut tenant_pv = pv();
+        tenant_pv["spec"]["csi"]["nodeStageSecretRef"] =
+            json!({"name": "stage", "namespace": "storage"});
+        let copy = host_pv(&t, &tenant_pv, "data-x-shop-x-dev").unwrap();
+        let held = secrets_held_by_volumes(&t, [&copy]);
+        assert_eq!(
+            held,
+            BTreeSet::from([
+                dependency_host_name(&t, "storage", "csi-creds"),
+                dependency_host_name(&t, "storage", "stage"),
+            ])
+        );
+        // Another tenant's copy, a copy being deleted, and a foreign PV hold nothing.
+        let other = target("dev", "team-other");
+        assert!(secrets_held_by_volumes(&other, [&copy]).is_empty());
+        let mut deleting = copy.clone();
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert!(secrets_held_by_volumes(&t, [&deleting]).is_empty());
+        let mut foreign = copy.clone();
+        foreign["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove(LABEL_MANAGED_BY);
+        assert!(secrets_held_by_volumes(&t, [&foreign]).is_empty());
     }
 }

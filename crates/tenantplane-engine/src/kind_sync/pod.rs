@@ -29,6 +29,7 @@ use tenantplane_core::pods::status::{
     FINALIZER, REASON_PHYSICAL_POD_LOST, lost_pod_status, mapping_annotations, pod_status_update,
     records_host_pod,
 };
+use tenantplane_core::pods::storage::secrets_held_by_volumes;
 use tenantplane_core::pods::{
     DependencyKind, HostPodContext, HostPodError, PodControls, TenantApiEndpoint, dependencies,
     to_host_pod,
@@ -739,15 +740,22 @@ impl KindSyncer {
             .filter_map(|p| typed_value(p, &self.tenant_resource).ok())
             .collect();
         let needed = needed_dependencies(&pods);
+        // Claims first: a volume copy deleted with its claim releases its CSI
+        // Secrets in this same pass.
         for kind in [
+            DependencyKind::PersistentVolumeClaim,
             DependencyKind::ConfigMap,
             DependencyKind::Secret,
-            DependencyKind::PersistentVolumeClaim,
         ] {
             let kind_synced = path.synced_kinds.contains(&kind.group_kind());
             if kind_synced {
                 continue;
             }
+            let held_by_volumes = if kind == DependencyKind::Secret {
+                self.secrets_held_by_volumes().await?
+            } else {
+                BTreeSet::new()
+            };
             let api: Api<DynamicObject> = Api::namespaced_with(
                 self.ctx.host.clone(),
                 &self.ctx.target.host_namespace,
@@ -775,6 +783,7 @@ impl KindSyncer {
                 // Already deleted, waiting for the host's finalizers (pvc-protection).
                 if copy.pointer("/metadata/deletionTimestamp").is_some()
                     || !is_collectable(&key, &copy, &needed, kind_synced)
+                    || held_by_volumes.contains(name)
                 {
                     continue;
                 }
@@ -809,6 +818,24 @@ impl KindSyncer {
             }
         }
         Ok(())
+    }
+
+    /// Host names of the Secrets this tenant's live host PV copies use.
+    async fn secrets_held_by_volumes(&self) -> Result<BTreeSet<String>, SyncError> {
+        let pv_resource = core_resource("PersistentVolume");
+        let host_pvs: Api<DynamicObject> = Api::all_with(self.ctx.host.clone(), &pv_resource);
+        let selector = host_selector(
+            &self.ctx.target.tenant,
+            &GroupKind::new("", "PersistentVolume"),
+        );
+        let copies = host_pvs
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(api_error("list", "PersistentVolume"))?
+            .into_iter()
+            .map(|pv| to_value(&pv))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(secrets_held_by_volumes(&self.ctx.target, &copies))
     }
 
     async fn ensure_claim(
