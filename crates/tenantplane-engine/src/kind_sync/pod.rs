@@ -29,7 +29,7 @@ use tenantplane_core::pods::status::{
     FINALIZER, REASON_PHYSICAL_POD_LOST, lost_pod_status, mapping_annotations, pod_status_update,
     records_host_pod,
 };
-use tenantplane_core::pods::storage::secrets_held_by_volumes;
+use tenantplane_core::pods::storage::{secrets_held_by_volumes, volume_secrets};
 use tenantplane_core::pods::{
     DependencyKind, HostPodContext, HostPodError, PodControls, TenantApiEndpoint, dependencies,
     to_host_pod,
@@ -739,7 +739,10 @@ impl KindSyncer {
             .iter()
             .filter_map(|p| typed_value(p, &self.tenant_resource).ok())
             .collect();
-        let needed = needed_dependencies(&pods);
+        let mut needed = needed_dependencies(&pods);
+        // A needed claim's volume needs its CSI Secrets, which no Pod names. Read
+        // from the tenant, so a Pod sync still copying them is never raced.
+        self.add_volume_secrets(&mut needed).await?;
         // Claims first: a volume copy deleted with its claim releases its CSI
         // Secrets in this same pass.
         for kind in [
@@ -816,6 +819,40 @@ impl KindSyncer {
                     format!("no synced Pod uses it any more and {kind} is not synced for its own sake{waited}"),
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// Adds the CSI Secrets of the volumes bound to the needed claims.
+    async fn add_volume_secrets(
+        &self,
+        needed: &mut BTreeSet<DependencyKey>,
+    ) -> Result<(), SyncError> {
+        let claims: Vec<DependencyKey> = needed
+            .iter()
+            .filter(|k| k.kind == DependencyKind::PersistentVolumeClaim)
+            .cloned()
+            .collect();
+        let pvc_resource = core_resource("PersistentVolumeClaim");
+        let pv_resource = core_resource("PersistentVolume");
+        let tenant_pvs: Api<DynamicObject> = Api::all_with(self.ctx.tenant.clone(), &pv_resource);
+        for claim in claims {
+            let tenant_pvcs: Api<DynamicObject> =
+                Api::namespaced_with(self.ctx.tenant.clone(), &claim.namespace, &pvc_resource);
+            let Some(pvc) = get_value(&tenant_pvcs, &pvc_resource, &claim.name).await? else {
+                continue;
+            };
+            let Some(volume) = str_at(&pvc, "/spec/volumeName").filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            let Some(pv) = get_value(&tenant_pvs, &pv_resource, &volume).await? else {
+                continue;
+            };
+            needed.extend(volume_secrets(&pv).into_iter().map(|s| DependencyKey {
+                kind: DependencyKind::Secret,
+                namespace: s.namespace,
+                name: s.name,
+            }));
         }
         Ok(())
     }
