@@ -478,6 +478,16 @@ async fn a_pod_deleted_while_the_host_does_not_answer_is_released_after_the_boun
     controller.stop().await;
 }
 
+/// The host Pod exists and is not being deleted.
+async fn assert_still_running(h: &Harness, host_pod: &str) {
+    let pod = h.host_api("v1", "Pod").get_opt(host_pod).await.unwrap();
+    assert!(
+        pod.as_ref()
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        "host Pod {host_pod}: {pod:?}"
+    );
+}
+
 fn has_host_copy_finalizer(o: &kube::api::DynamicObject) -> bool {
     o.metadata
         .finalizers
@@ -549,13 +559,7 @@ async fn a_deleted_dependency_loses_its_host_copy_before_it_goes_and_the_pod_kee
     // The Pod keeps running, and the copy is not made again on later passes.
     controller.wait_passes("dev", 2).await;
     assert!(host_cms.get_opt(&host_cm).await.unwrap().is_none());
-    assert!(
-        h.host_api("v1", "Pod")
-            .get_opt(&host_pod)
-            .await
-            .unwrap()
-            .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
-    );
+    assert_still_running(&h, &host_pod).await;
     controller.stop().await;
 }
 
@@ -788,9 +792,10 @@ async fn the_isolation_profile_refuses_by_field_with_a_warning_event() {
     controller.stop().await;
 }
 
-#[tokio::test]
-async fn a_bound_claim_brings_its_volume_and_csi_secret_under_the_tenant_identity() {
-    let (h, controller) = start().await;
+/// Creates, in the tenant: Secret `storage/csi-creds`, PV `pv-1` using it as its CSI
+/// node-publish Secret, claim `shop/data` on that PV (not Bound yet), and Pod
+/// `shop/db` using the claim.
+async fn create_claim_and_pod(h: &Harness) {
     create_namespace(&h.tenant, "storage").await;
     create(&h.tenant, secret("storage", "csi-creds", "s3cr3t")).await;
     create(&h.tenant, json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-1"},
@@ -810,6 +815,86 @@ async fn a_bound_claim_brings_its_volume_and_csi_secret_under_the_tenant_identit
         ),
     )
     .await;
+}
+
+/// Plays the tenant's PV controller: claim `shop/data` becomes Bound.
+async fn bind_claim(h: &Harness) {
+    h.tenant_api("v1", "PersistentVolumeClaim", "shop")
+        .patch_status(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound",
+        "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_deleted_claim_loses_its_claim_and_volume_copies_before_its_finalizer_goes() {
+    let (h, controller) = start().await;
+    create_claim_and_pod(&h).await;
+    bind_claim(&h).await;
+    let host_pod = predicted("db", "shop", "dev");
+    let host_claim = predicted("data", "shop", "dev");
+    let pv_name = predicted("pv-1", HOST_NS, "dev");
+    wait_for(&h.host_api("v1", "Pod"), &host_pod).await;
+    let host_claims = h.host_api("v1", "PersistentVolumeClaim");
+    let host_pvs = dynamic(&h.host, "v1", "PersistentVolume", None);
+    host_claims.get(&host_claim).await.unwrap();
+    host_pvs.get(&pv_name).await.unwrap();
+    let claims = h.tenant_api("v1", "PersistentVolumeClaim", "shop");
+    wait_for_that(
+        &claims,
+        "data",
+        "the claim's finalizer",
+        has_host_copy_finalizer,
+    )
+    .await;
+
+    claims
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Our finalizer goes only after both copies were deleted (their protection
+    // finalizers are the host's controllers' to lift; none runs here). The
+    // tenant's own pvc-protection, if any, is the tenant's to lift.
+    wait_for_that(&claims, "data", "our finalizer released", |c| {
+        c.metadata.deletion_timestamp.is_some() && !has_host_copy_finalizer(c)
+    })
+    .await;
+    let deleted = |o: Option<kube::api::DynamicObject>| {
+        o.is_none_or(|o| o.metadata.deletion_timestamp.is_some())
+    };
+    assert!(deleted(host_claims.get_opt(&host_claim).await.unwrap()));
+    assert!(deleted(host_pvs.get_opt(&pv_name).await.unwrap()));
+    let decision = eventually("a Delete decision for the claim copy", || async {
+        h.decisions("dev").await.into_iter().find(|d| {
+            d["action"] == "Delete"
+                && d["kind"] == "PersistentVolumeClaim"
+                && d["host"]["name"] == host_claim.as_str()
+        })
+    })
+    .await;
+    assert!(
+        decision["reason"]
+            .as_str()
+            .unwrap()
+            .contains("being deleted"),
+        "{decision}"
+    );
+    // The Pod keeps running, and neither copy is made again on later passes.
+    controller.wait_passes("dev", 2).await;
+    assert!(deleted(host_claims.get_opt(&host_claim).await.unwrap()));
+    assert!(deleted(host_pvs.get_opt(&pv_name).await.unwrap()));
+    assert_still_running(&h, &host_pod).await;
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_bound_claim_brings_its_volume_and_csi_secret_under_the_tenant_identity() {
+    let (h, controller) = start().await;
+    create_claim_and_pod(&h).await;
 
     // Not Bound yet (no PV controller in the tenant): a Skip that says so.
     let skip = eventually("a Skip for the unbound claim", || async {
@@ -824,17 +909,8 @@ async fn a_bound_claim_brings_its_volume_and_csi_secret_under_the_tenant_identit
         "{skip}"
     );
 
-    // Play the tenant's PV controller.
     let claims = h.tenant_api("v1", "PersistentVolumeClaim", "shop");
-    claims
-        .patch_status(
-            "data",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Bound",
-        "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})),
-        )
-        .await
-        .unwrap();
+    bind_claim(&h).await;
 
     let host_pod = wait_for(&h.host_api("v1", "Pod"), &predicted("db", "shop", "dev")).await;
     let host_claim = predicted("data", "shop", "dev");
