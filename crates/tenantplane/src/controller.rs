@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
@@ -46,6 +47,12 @@ pub struct ControllerArgs {
     /// Concurrent host writers per synced kind.
     #[arg(long, default_value_t = 16)]
     pub workers: usize,
+    /// Seconds a tenant Pod or dependency being deleted waits for a host API server
+    /// that does not answer before its finalizer is released anyway (garbage
+    /// collection removes the host copy once the host answers).
+    #[arg(long, default_value_t = tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub host_unreachable_release_secs: u64,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
@@ -119,14 +126,14 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             instance.clone(),
             args.workers,
         );
+        let host_unreachable_release = Duration::from_secs(args.host_unreachable_release_secs);
         move || ControllerConfig {
             host: host.clone(),
             metrics: Arc::clone(&metrics),
             decisions: decisions.clone(),
             instance: instance.clone(),
             workers,
-            host_unreachable_release:
-                tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
+            host_unreachable_release,
         }
     };
     let make_tenant_config = {

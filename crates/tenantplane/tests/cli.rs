@@ -200,6 +200,7 @@ fn invalid_input_is_one_line_on_stderr_and_nothing_on_stdout() {
             "/nonexistent",
         ],
         vec!["webhook", "--tls-cert", &profiles, "--tls-key", &profiles],
+        vec!["controller", "--host-unreachable-release-secs", "0"],
     ];
     for args in &cases {
         let out = tenantplane(args);

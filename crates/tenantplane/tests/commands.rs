@@ -266,6 +266,8 @@ async fn the_controller_command_syncs_serves_metrics_and_stops_on_sigterm() {
             host_server.kubeconfig_path().to_str().unwrap(),
             "--listen",
             &format!("127.0.0.1:{port}"),
+            "--host-unreachable-release-secs",
+            "30",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
