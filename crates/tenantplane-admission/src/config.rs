@@ -131,6 +131,8 @@ pub const NAMESPACE_CONFIGURATION_NAME: &str = "tenantplane-namespaces";
 pub const NAMESPACE_WEBHOOK_NAME: &str = "namespaces.tenantplane.io";
 /// The webhook for writes inside tenant namespaces.
 pub const TENANT_RESOURCES_WEBHOOK_NAME: &str = "tenant-resources.tenantplane.io";
+/// The webhook that sees deletions of tenant namespaces (cordon).
+pub const NAMESPACE_DELETION_WEBHOOK_NAME: &str = "namespace-deletion.tenantplane.io";
 /// Seconds the API server waits for the namespace webhook: it reads Tenants and
 /// may retry its compare-and-swap on the Tenant's status under contention.
 pub const NAMESPACE_TIMEOUT_SECONDS: i32 = 10;
@@ -167,6 +169,13 @@ pub const NAMESPACE_TIMEOUT_SECONDS: i32 = 10;
 /// restriction be bypassed; it blocks only writes in tenant namespaces (tenant
 /// pods are not recreated until it is back), never in system namespaces or its own.
 /// `reinvocationPolicy: IfNeeded`: a later webhook's change is checked again.
+///
+/// `namespace-deletion.tenantplane.io`: DELETE of namespaces labelled
+/// `tenantplane.io/tenant` (`objectSelector`, matched against the namespace being
+/// deleted), on the namespace path: a cordoned tenant's owners cannot delete its
+/// namespaces. A separate webhook so that deleting any other namespace never waits
+/// for tenantplane; `failurePolicy: Fail` like the in-namespace webhook, so a down
+/// webhook cannot let a cordon be bypassed.
 pub fn namespace_webhook_configuration(
     client: WebhookClient,
     ca_bundle: &[u8],
@@ -188,56 +197,76 @@ pub fn namespace_webhook_configuration(
         },
         webhooks: Some(vec![
             MutatingWebhook {
-                name: NAMESPACE_WEBHOOK_NAME.to_owned(),
-                admission_review_versions: strings(&["v1"]),
-                client_config: client_config(
-                    at(&client, NAMESPACES_PATH),
-                    NAMESPACES_PATH,
-                    ca_bundle,
-                ),
-                failure_policy: Some("Fail".to_owned()),
                 side_effects: "NoneOnDryRun".to_owned(),
                 timeout_seconds: Some(NAMESPACE_TIMEOUT_SECONDS),
-                match_policy: Some("Equivalent".to_owned()),
-                reinvocation_policy: Some("Never".to_owned()),
                 rules: Some(vec![rule(
                     &[""],
                     &["CREATE", "UPDATE"],
                     &["namespaces", "namespaces/status", "namespaces/finalize"],
                     "Cluster",
                 )]),
-                ..MutatingWebhook::default()
+                ..failing_closed(NAMESPACE_WEBHOOK_NAME, &client, NAMESPACES_PATH, ca_bundle)
             },
             MutatingWebhook {
-                name: TENANT_RESOURCES_WEBHOOK_NAME.to_owned(),
-                admission_review_versions: strings(&["v1"]),
-                client_config: client_config(
-                    at(&client, TENANT_RESOURCES_PATH),
-                    TENANT_RESOURCES_PATH,
-                    ca_bundle,
-                ),
-                failure_policy: Some("Fail".to_owned()),
-                side_effects: "None".to_owned(),
-                timeout_seconds: Some(TIMEOUT_SECONDS),
-                match_policy: Some("Equivalent".to_owned()),
                 reinvocation_policy: Some("IfNeeded".to_owned()),
-                namespace_selector: Some(LabelSelector {
-                    match_expressions: Some(vec![LabelSelectorRequirement {
-                        key: TENANT_LABEL.to_owned(),
-                        operator: "Exists".to_owned(),
-                        values: None,
-                    }]),
-                    match_labels: None,
-                }),
+                namespace_selector: Some(tenant_label_exists()),
                 rules: Some(vec![rule(
                     &["*"],
                     &["CREATE", "UPDATE", "DELETE"],
                     &["*", "*/scale"],
                     "Namespaced",
                 )]),
-                ..MutatingWebhook::default()
+                ..failing_closed(
+                    TENANT_RESOURCES_WEBHOOK_NAME,
+                    &client,
+                    TENANT_RESOURCES_PATH,
+                    ca_bundle,
+                )
+            },
+            MutatingWebhook {
+                object_selector: Some(tenant_label_exists()),
+                rules: Some(vec![rule(&[""], &["DELETE"], &["namespaces"], "Cluster")]),
+                ..failing_closed(
+                    NAMESPACE_DELETION_WEBHOOK_NAME,
+                    &client,
+                    NAMESPACES_PATH,
+                    ca_bundle,
+                )
             },
         ]),
+    }
+}
+
+/// A namespace-tenancy webhook at `path` of `client`: `failurePolicy: Fail`, no
+/// side effects, the default timeout, never reinvoked, no rules yet.
+fn failing_closed(
+    name: &str,
+    client: &WebhookClient,
+    path: &str,
+    ca_bundle: &[u8],
+) -> MutatingWebhook {
+    MutatingWebhook {
+        name: name.to_owned(),
+        admission_review_versions: strings(&["v1"]),
+        client_config: client_config(at(client, path), path, ca_bundle),
+        failure_policy: Some("Fail".to_owned()),
+        side_effects: "None".to_owned(),
+        timeout_seconds: Some(TIMEOUT_SECONDS),
+        match_policy: Some("Equivalent".to_owned()),
+        reinvocation_policy: Some("Never".to_owned()),
+        ..MutatingWebhook::default()
+    }
+}
+
+/// Selects objects (namespaces) carrying the `tenantplane.io/tenant` label.
+fn tenant_label_exists() -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: TENANT_LABEL.to_owned(),
+            operator: "Exists".to_owned(),
+            values: None,
+        }]),
+        match_labels: None,
     }
 }
 
@@ -283,6 +312,19 @@ mod tests {
             serde_json::json!(["CREATE", "UPDATE", "DELETE"])
         );
         assert_eq!(inside["failurePolicy"], "Fail");
+        let deletion = &value["webhooks"][2];
+        assert_eq!(deletion["name"], "namespace-deletion.tenantplane.io");
+        assert_eq!(deletion["clientConfig"]["service"]["path"], "/namespaces");
+        assert_eq!(
+            deletion["rules"],
+            serde_json::json!([{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["DELETE"], "resources": ["namespaces"], "scope": "Cluster"}])
+        );
+        assert_eq!(
+            deletion["objectSelector"],
+            serde_json::json!({"matchExpressions": [{"key": "tenantplane.io/tenant", "operator": "Exists"}]})
+        );
+        assert_eq!(deletion["failurePolicy"], "Fail");
 
         for url in [
             "https://h:8443",

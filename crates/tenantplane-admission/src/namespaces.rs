@@ -15,6 +15,10 @@
 //! change the namespace's Tenant owner references or tenant label (no claiming of
 //! unowned namespaces, no escape, no moves, no forged UIDs); an admin who moves a
 //! namespace into a tenant takes a quota slot there. Who is an admin: [`Admins`].
+//!
+//! Cordon: a non-admin may neither update nor DELETE a namespace of a cordoned
+//! tenant (deletions arrive through their own webhook, which sees tenant
+//! namespaces only).
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -92,6 +96,10 @@ async fn decide(
             create(client, admin, &requester, request, object).await
         }
         (Operation::Update, Some(new), Some(old)) => update(client, admin, request, old, new).await,
+        (Operation::Delete, _, Some(old)) if !admin => {
+            refuse_if_cordoned(client, old, &request.name).await?;
+            Ok(None)
+        }
         (Operation::Create | Operation::Update, _, _) => Err(Refusal::forbidden(format!(
             "the namespace {:?} request carries no object (or no old object)",
             request.operation
@@ -234,9 +242,10 @@ async fn update(
     new: &DynamicObject,
 ) -> Result<Option<Value>, Refusal> {
     if !admin {
-        return unchanged_identity(&identity(old), &identity(new))
-            .map(|()| None)
-            .map_err(|err| Refusal::forbidden(format!("namespace {}: {err}", request.name)));
+        unchanged_identity(&identity(old), &identity(new))
+            .map_err(|err| Refusal::forbidden(format!("namespace {}: {err}", request.name)))?;
+        refuse_if_cordoned(client, old, &request.name).await?;
+        return Ok(None);
     }
     if identity(old).references == identity(new).references {
         return Ok(None);
@@ -247,6 +256,31 @@ async fn update(
             join(client, new, &joined, &request.name, request.dry_run).await
         }
         _ => Ok(None),
+    }
+}
+
+/// Refuses a write to namespace `name` (as it was before the write) when it is a
+/// member of a cordoned Tenant. Tenants are listed only for namespaces that name
+/// one by owner reference.
+async fn refuse_if_cordoned(
+    client: &Client,
+    old: &DynamicObject,
+    name: &str,
+) -> Result<(), Refusal> {
+    if identity(old).references.is_empty() {
+        return Ok(());
+    }
+    let tenants = list_tenants(client).await?;
+    let Some(member) = member_of(old, &tenants) else {
+        return Ok(());
+    };
+    match tenants
+        .iter()
+        .find(|t| t.metadata.name.as_deref() == Some(member.as_str()))
+        .and_then(|tenant| cordon_refusal(tenant, name))
+    {
+        Some(message) => Err(Refusal::forbidden(message)),
+        None => Ok(()),
     }
 }
 

@@ -34,6 +34,8 @@ use tenantplane_testenv::{ApiServerOptions, TestEnv, TestUser};
 const DEADLINE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(100);
 const BY_NAMESPACES: &str = "admission webhook \"namespaces.tenantplane.io\" denied the request";
+const BY_NAMESPACE_DELETION: &str =
+    "admission webhook \"namespace-deletion.tenantplane.io\" denied the request";
 const BY_RESOURCES: &str =
     "admission webhook \"tenant-resources.tenantplane.io\" denied the request";
 const BY_VALIDATE: &str = "admission webhook \"validate.tenantplane.io\" denied the request";
@@ -811,6 +813,28 @@ async fn a_cordoned_tenant_refuses_writes_but_not_admins(cluster: &Cluster) {
         BY_NAMESPACES,
         cordoned,
     );
+    // Nor change or delete one of its namespaces (cluster-scoped, so not seen by
+    // the in-namespace webhook).
+    let alices_namespaces: Api<Namespace> = Api::all(cluster.alice.clone());
+    let relabel = Patch::Merge(json!({"metadata": {"labels": {"team": "x"}}}));
+    assert_refused(
+        alices_namespaces
+            .patch("acme-1", &PatchParams::default(), &relabel)
+            .await,
+        BY_NAMESPACES,
+        cordoned,
+    );
+    let dry_run_delete = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    assert_refused(
+        alices_namespaces
+            .delete("acme-1", &DeleteParams::default())
+            .await,
+        BY_NAMESPACE_DELETION,
+        cordoned,
+    );
     // Admins (tenantplane's controller, the platform group) keep working.
     for (who, client) in [
         ("controller", &cluster.controller),
@@ -820,6 +844,10 @@ async fn a_cordoned_tenant_refuses_writes_but_not_admins(cluster: &Cluster) {
             .create(&pp, &configmap(&format!("by-{who}")))
             .await
             .expect("an admin's write in a cordoned tenant");
+        Api::<Namespace>::all(client.clone())
+            .delete("acme-1", &dry_run_delete)
+            .await
+            .expect("an admin's (dry-run) deletion of a cordoned tenant's namespace");
     }
     // Other tenants are not cordoned.
     Api::<ConfigMap>::namespaced(cluster.mallory.clone(), "evil-1")
@@ -834,6 +862,10 @@ async fn a_cordoned_tenant_refuses_writes_but_not_admins(cluster: &Cluster) {
         .create(&pp, &configmap("c1"))
         .await
         .expect("uncordoned");
+    alices_namespaces
+        .delete("acme-1", &dry_run_delete)
+        .await
+        .expect("an uncordoned tenant's owner may delete its namespace (dry run)");
 }
 
 async fn prevent_deletion_keeps_a_tenant(cluster: &Cluster) {
