@@ -159,7 +159,8 @@ pub const NAMESPACE_TIMEOUT_SECONDS: i32 = 10;
 /// request writes a reservation into the Tenant's status; a dry run writes nothing.
 ///
 /// `tenant-resources.tenantplane.io`: CREATE, UPDATE and DELETE of every namespaced
-/// resource (and `scale`), but only in namespaces labelled `tenantplane.io/tenant`
+/// resource (and `scale`), `exec`, `attach` and `port-forward` into Pods and their
+/// eviction, but only in namespaces labelled `tenantplane.io/tenant`
 /// (`namespaceSelector` Exists; Kubernetes 1.20 has no `kubernetes.io/metadata.name`
 /// label to exclude namespaces by name, and the label exists on tenant namespaces
 /// only: non-admins cannot add it, as above). `kube-system`, `kube-public`,
@@ -210,12 +211,22 @@ pub fn namespace_webhook_configuration(
             MutatingWebhook {
                 reinvocation_policy: Some("IfNeeded".to_owned()),
                 namespace_selector: Some(tenant_label_exists()),
-                rules: Some(vec![rule(
-                    &["*"],
-                    &["CREATE", "UPDATE", "DELETE"],
-                    &["*", "*/scale"],
-                    "Namespaced",
-                )]),
+                rules: Some(vec![
+                    rule(
+                        &["*"],
+                        &["CREATE", "UPDATE", "DELETE"],
+                        &["*", "*/scale"],
+                        "Namespaced",
+                    ),
+                    // Getting into a Pod and evicting one are writes a cordon stops too.
+                    rule(
+                        &[""],
+                        &["CONNECT"],
+                        &["pods/exec", "pods/attach", "pods/portforward"],
+                        "Namespaced",
+                    ),
+                    rule(&[""], &["CREATE"], &["pods/eviction"], "Namespaced"),
+                ]),
                 ..failing_closed(
                     TENANT_RESOURCES_WEBHOOK_NAME,
                     &client,
@@ -310,6 +321,16 @@ mod tests {
         assert_eq!(
             inside["rules"][0]["operations"],
             serde_json::json!(["CREATE", "UPDATE", "DELETE"])
+        );
+        assert_eq!(
+            inside["rules"][1],
+            serde_json::json!({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CONNECT"],
+                "resources": ["pods/exec", "pods/attach", "pods/portforward"], "scope": "Namespaced"})
+        );
+        assert_eq!(
+            inside["rules"][2],
+            serde_json::json!({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                "resources": ["pods/eviction"], "scope": "Namespaced"})
         );
         assert_eq!(inside["failurePolicy"], "Fail");
         let deletion = &value["webhooks"][2];

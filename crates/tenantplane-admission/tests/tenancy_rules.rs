@@ -20,7 +20,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -129,7 +129,7 @@ async fn grant_everything(admin: &Client) {
                 "rules": [
                     {"apiGroups": [""], "resources": ["namespaces", "namespaces/status",
                         "namespaces/finalize", "configmaps", "pods",
-                        "persistentvolumeclaims"],
+                        "persistentvolumeclaims", "pods/exec", "pods/eviction"],
                      "verbs": ["get", "list", "create", "update", "patch", "delete"]},
                     {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"],
                      "verbs": ["get", "list", "create", "update", "patch", "delete"]},
@@ -813,6 +813,19 @@ async fn a_cordoned_tenant_refuses_writes_but_not_admins(cluster: &Cluster) {
         BY_NAMESPACES,
         cordoned,
     );
+    // Nor get into a Pod or evict one.
+    assert_refused(
+        exec(&cluster.alice, "acme-1", "defaulted").await,
+        BY_RESOURCES,
+        cordoned,
+    );
+    assert_refused(
+        Api::<Pod>::namespaced(cluster.alice.clone(), "acme-1")
+            .evict("defaulted", &EvictParams::default())
+            .await,
+        BY_RESOURCES,
+        cordoned,
+    );
     // Nor change or delete one of its namespaces (cluster-scoped, so not seen by
     // the in-namespace webhook).
     let alices_namespaces: Api<Namespace> = Api::all(cluster.alice.clone());
@@ -866,6 +879,25 @@ async fn a_cordoned_tenant_refuses_writes_but_not_admins(cluster: &Cluster) {
         .delete("acme-1", &dry_run_delete)
         .await
         .expect("an uncordoned tenant's owner may delete its namespace (dry run)");
+    // The webhook lets the exec through; the API server then fails it for want of
+    // a node (no kubelet here), which is not the webhook's answer.
+    match exec(&cluster.alice, "acme-1", "defaulted").await {
+        Err(kube::Error::Api(status)) => {
+            assert!(!status.message.contains("tenantplane"), "{status:?}")
+        }
+        other => panic!("an exec into an unscheduled Pod cannot succeed: {other:?}"),
+    }
+}
+
+/// `POST pods/NAME/exec` without an upgrade: admission runs first, so a refusal
+/// comes back as a plain API error.
+async fn exec(client: &Client, namespace: &str, pod: &str) -> Result<String, kube::Error> {
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod}/exec?command=true&stdout=true"
+    ))
+    .body(Vec::new())
+    .unwrap();
+    client.request_text(request).await
 }
 
 async fn prevent_deletion_keeps_a_tenant(cluster: &Cluster) {
