@@ -271,14 +271,8 @@ async fn refuse_if_cordoned(
         return Ok(());
     }
     let tenants = list_tenants(client).await?;
-    let Some(member) = member_of(old, &tenants) else {
-        return Ok(());
-    };
-    match tenants
-        .iter()
-        .find(|t| t.metadata.name.as_deref() == Some(member.as_str()))
-        .and_then(|tenant| cordon_refusal(tenant, name))
-    {
+    let references = old.metadata.owner_references.as_deref().unwrap_or_default();
+    match owning_tenant(references, &tenants).and_then(|tenant| cordon_refusal(tenant, name)) {
         Some(message) => Err(Refusal::forbidden(message)),
         None => Ok(()),
     }

@@ -244,6 +244,16 @@ pub fn pv_is_ours(target: &TenantTarget, pv: &str, observed: &Value) -> bool {
         && name == Some(pv_host_name(target, pv).as_str())
 }
 
+/// The tenant PV that host PV `observed` is `target`'s copy of, if it is one (its
+/// virtual-name annotation, checked with [`pv_is_ours`]).
+pub fn copied_volume<'a>(target: &TenantTarget, observed: &'a Value) -> Option<&'a str> {
+    let virtual_name = observed
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(ANNOTATION_VIRTUAL_NAME))
+        .and_then(Value::as_str)?;
+    pv_is_ours(target, virtual_name, observed).then_some(virtual_name)
+}
+
 /// Host names of the Secrets that `target`'s live host PV copies point at (their CSI
 /// secret references). Such a Secret stays while the copy lives, whatever Pods use:
 /// the kubelet needs it for every mount of the volume, and no Pod names it.
@@ -253,12 +263,7 @@ pub fn secrets_held_by_volumes<'a>(
 ) -> BTreeSet<String> {
     let mut held = BTreeSet::new();
     for pv in host_pvs {
-        let virtual_name = pv
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(ANNOTATION_VIRTUAL_NAME))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if !pv_is_ours(target, virtual_name, pv)
+        if copied_volume(target, pv).is_none()
             || pv.pointer("/metadata/deletionTimestamp").is_some()
         {
             continue;
@@ -397,6 +402,7 @@ mod tests {
         tenant_pv["spec"]["csi"]["nodeStageSecretRef"] =
             json!({"name": "stage", "namespace": "storage"});
         let copy = host_pv(&t, &tenant_pv, "data-x-shop-x-dev").unwrap();
+        assert_eq!(copied_volume(&t, &copy), Some("pv-1"));
         let held = secrets_held_by_volumes(&t, [&copy]);
         assert_eq!(
             held,
@@ -407,6 +413,7 @@ mod tests {
         );
         // Another tenant's copy, a copy being deleted, and a foreign PV hold nothing.
         let other = target("dev", "team-other");
+        assert_eq!(copied_volume(&other, &copy), None);
         assert!(secrets_held_by_volumes(&other, [&copy]).is_empty());
         let mut deleting = copy.clone();
         deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");

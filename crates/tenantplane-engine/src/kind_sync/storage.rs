@@ -9,11 +9,12 @@ use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
 use tenantplane_core::pods::DependencyKind;
 use tenantplane_core::pods::status::pvc_status_update;
 use tenantplane_core::pods::storage::{
-    bound_volume, host_pv, host_pvc, pv_host_name, pv_is_ours, volume_secrets,
+    bound_volume, copied_volume, host_pv, host_pvc, pv_host_name, pv_is_ours, volume_secrets,
 };
 
 use super::pod::{DependencyState, get_value, put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params};
+use crate::deletion::{delete_exact, exactly};
 
 fn resource(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", kind))
@@ -168,31 +169,22 @@ pub(super) async fn delete_volume_copy(syncer: &KindSyncer, name: &str) -> Resul
     let Some(pv) = get_value(&host_pvs, &pv_resource, name).await? else {
         return Ok(());
     };
-    let virtual_name =
-        str_at(&pv, "/metadata/annotations/tenantplane.io~1virtual-name").unwrap_or_default();
-    if !pv_is_ours(&syncer.ctx.target, &virtual_name, &pv)
-        || pv.pointer("/metadata/deletionTimestamp").is_some()
-    {
+    let Some(virtual_name) = copied_volume(&syncer.ctx.target, &pv).map(str::to_owned) else {
+        return Ok(());
+    };
+    if pv.pointer("/metadata/deletionTimestamp").is_some() {
         return Ok(());
     }
-    let params = kube::api::DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            uid: str_at(&pv, "/metadata/uid"),
-            resource_version: None,
-        }),
-        ..kube::api::DeleteParams::default()
-    };
     syncer.count_write("delete");
-    match host_pvs.delete(name, &params).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return Ok(()),
-        Err(source) => {
-            return Err(SyncError::Api {
-                verb: "delete",
-                name: name.to_owned(),
-                source,
-            });
-        }
+    let deleted = delete_exact(&host_pvs, name, &exactly(str_at(&pv, "/metadata/uid")))
+        .await
+        .map_err(|source| SyncError::Api {
+            verb: "delete",
+            name: name.to_owned(),
+            source,
+        })?;
+    if !deleted {
+        return Ok(());
     }
     syncer.ctx.decisions.send(
         DecisionAction::Delete,
