@@ -39,8 +39,8 @@ pub use sync_policy::{
 };
 pub use tenant::{
     AdditionalMetadata, AdditionalRoleBinding, AllowedClasses, NAMESPACE_DELETER_ROLE,
-    NamespaceOptions, NamespaceReservation, OwnerKind, Tenant, TenantNamespaceStatus, TenantOwner,
-    TenantSpec, TenantState, TenantStatus,
+    NamespaceOptions, NamespaceReservation, OnDelete, OwnerKind, Tenant, TenantNamespaceStatus,
+    TenantOwner, TenantSpec, TenantState, TenantStatus,
 };
 pub use tenant_cluster::{
     ClusterMode, ControlPlane, Datastore, EgressPolicy, Expose, ExternalControlPlane, LoadBalancer,

@@ -129,6 +129,23 @@ pub struct NamespaceOptions {
     /// Labels and annotations put on every member namespace.
     #[serde(default)]
     pub additional_metadata: AdditionalMetadata,
+    /// What deleting the Tenant does to its member namespaces.
+    #[serde(default)]
+    pub on_delete: OnDelete,
+}
+
+/// What deleting a Tenant does to its member namespaces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum OnDelete {
+    // Plain comments, not doc comments: documented variants would make the schema
+    // a `oneOf`, which a CRD's structural schema does not take.
+    // Keep them, without the Tenant's owner reference, label, RoleBindings and
+    // policies (the default).
+    #[default]
+    Orphan,
+    // Delete them (with everything in them) before the Tenant goes.
+    Delete,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

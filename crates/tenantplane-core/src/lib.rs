@@ -16,6 +16,7 @@ pub mod pods;
 pub mod pool;
 pub mod provenance;
 pub mod quantity;
+pub mod revocation;
 pub mod selector;
 pub mod tenancy;
 pub mod tenant_admission;

@@ -9,17 +9,23 @@
 //! no writes. An object under one of our names that is not labelled as this
 //! tenant's is never touched: it is reported in that namespace's status.
 //!
-//! Deletion orphans the namespaces: before the finalizer goes, the Tenant's owner
-//! reference (by UID) and its label are removed from every member, and the
-//! RoleBindings and policies it put there are deleted, so the owners lose access and
-//! the garbage collector has nothing to delete, also when a Tenant of the same
-//! name is created later. `preventDeletion` is enforced by the admission webhook.
+//! A namespace that leaves the Tenant (moved to another Tenant or released) loses
+//! what the Tenant put there in the next reconcile, which every namespace event
+//! wakes for the Tenant it names now and the one it named before (`revoke`).
+//!
+//! Deletion orphans the namespaces by default: before the finalizer goes, the
+//! Tenant's owner reference (by UID) and its label are removed from every member,
+//! and the RoleBindings and policies it put there are deleted, so the owners lose
+//! access and the garbage collector has nothing to delete, also when a Tenant of the
+//! same name is created later. With `namespaceOptions.onDelete: delete` the members
+//! are deleted instead. `preventDeletion` is enforced by the admission webhook.
 
 mod members;
 mod release;
+mod revoke;
 mod status;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -35,7 +41,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tenantplane_api::{IsolationProfile, Tenant};
-use tenantplane_core::membership::MembershipIndex;
+use tenantplane_core::membership::{MembershipIndex, tenant_names};
 use tenantplane_core::metadata::{
     COMPONENT_TENANT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY_VALUE,
 };
@@ -131,27 +137,34 @@ pub async fn run(config: TenantControllerConfig, shutdown: CancellationToken) {
     let children = watcher::Config::default().labels(&format!(
         "{LABEL_MANAGED_BY}={MANAGED_BY_VALUE},{LABEL_COMPONENT}={COMPONENT_TENANT}"
     ));
+    let wake = Arc::clone(&ctx.index);
+    let (rb, np, lr, rq) = (
+        Arc::clone(&ctx.index),
+        Arc::clone(&ctx.index),
+        Arc::clone(&ctx.index),
+        Arc::clone(&ctx.index),
+    );
     controller
-        .watches_stream(namespace_events, namespace_tenants)
+        .watches_stream(namespace_events, move |ns| namespace_tenants(&wake, ns))
         .watches(
             Api::<RoleBinding>::all(host.clone()),
             children.clone(),
-            labelled_tenant,
+            move |child| child_tenants(&rb, child),
         )
         .watches(
             Api::<NetworkPolicy>::all(host.clone()),
             children.clone(),
-            labelled_tenant,
+            move |child| child_tenants(&np, child),
         )
         .watches(
             Api::<LimitRange>::all(host.clone()),
             children.clone(),
-            labelled_tenant,
+            move |child| child_tenants(&lr, child),
         )
         .watches(
             Api::<ResourceQuota>::all(host.clone()),
             children,
-            labelled_tenant,
+            move |child| child_tenants(&rq, child),
         )
         .watches(
             Api::<IsolationProfile>::all(host),
@@ -177,28 +190,44 @@ pub async fn run(config: TenantControllerConfig, shutdown: CancellationToken) {
         .await;
 }
 
-/// The tenants a namespace event concerns: those its owner references name, and the
-/// one its label names (so a forged label is noticed). Reconcile checks the UIDs.
-fn namespace_tenants(ns: Namespace) -> Vec<ObjectRef<Tenant>> {
-    let mut names: Vec<String> = ns
-        .owner_references()
-        .iter()
-        .filter(|r| {
-            r.kind == "Tenant"
-                && r.api_version
-                    .starts_with(&format!("{}/", tenantplane_api::GROUP))
-        })
-        .map(|r| r.name.clone())
-        .collect();
-    names.extend(ns.labels().get(LABEL_TENANT).cloned());
+/// The tenants a namespace event concerns: those its owner references name, the one
+/// its label names (so a forged label is noticed), and those it named before its
+/// last membership change (so a Tenant it left revokes at once). The index was fed
+/// this event before the mapper runs. Reconcile checks the UIDs.
+fn namespace_tenants(index: &RwLock<MembershipIndex>, ns: Namespace) -> Vec<ObjectRef<Tenant>> {
+    let mut names = tenant_names(ns.owner_references(), ns.labels());
+    names.extend(
+        index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .tenants_to_wake(&ns.name_any()),
+    );
     names.sort();
     names.dedup();
     names.iter().map(|n| ObjectRef::new(n)).collect()
 }
 
-/// The tenant a child object's label names; reconcile only acts on members.
-fn labelled_tenant<K: Resource>(child: K) -> Option<ObjectRef<Tenant>> {
-    child.labels().get(LABEL_TENANT).map(|n| ObjectRef::new(n))
+/// The tenant a child object's label names, and those its namespace names now: when
+/// a Tenant a namespace left deletes its objects there, the Tenant it joined may
+/// create its own under the same names. Reconcile only acts on members.
+fn child_tenants<K: Resource>(index: &RwLock<MembershipIndex>, child: K) -> Vec<ObjectRef<Tenant>> {
+    let mut names: Vec<String> = child
+        .labels()
+        .get(LABEL_TENANT)
+        .cloned()
+        .into_iter()
+        .collect();
+    if let Some(namespace) = child.meta().namespace.as_deref() {
+        names.extend(
+            index
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .names_now(namespace),
+        );
+    }
+    names.sort();
+    names.dedup();
+    names.iter().map(|n| ObjectRef::new(n)).collect()
 }
 
 fn count(ctx: &Context, result: &'static str) {
@@ -359,7 +388,11 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, TenantError> {
         }
     };
     let member_names: Vec<String> = members.iter().map(|ns| ns.name_any()).collect();
+    // Whatever became of the members' plans, what is outside them goes.
+    let member_set: BTreeSet<String> = member_names.iter().cloned().collect();
+    let revoked = revoke::revoke(ctx, &name, &tenant.uid().unwrap_or_default(), &member_set).await;
     let written = status::write(host, tenant, &member_names, outcomes, Timestamp::now()).await?;
+    revoked?;
     Ok(Action::requeue(
         status::requeue_after(&written, Timestamp::now())
             .unwrap_or(RESYNC)
