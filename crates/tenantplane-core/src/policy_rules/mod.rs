@@ -398,6 +398,17 @@ pub fn ingress_hosts(object: &Value) -> Vec<(String, String)> {
     out
 }
 
+/// The name of the Lease that claims Ingress host `host` for one tenant:
+/// `ingress-host-` and the first 20 hex digits of the SHA-256 of the lower-case host
+/// (a trailing dot dropped), so every spelling of one host has one claim.
+pub fn ingress_claim_name(host: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    let digest = Sha256::digest(host.as_bytes());
+    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
+    format!("ingress-host-{hex}")
+}
+
 fn registry_rule(entry: &str) -> Result<RegistryRule, String> {
     let lower = entry.to_ascii_lowercase();
     if lower.is_empty() || lower.chars().any(|c| c.is_whitespace() || c.is_control()) {

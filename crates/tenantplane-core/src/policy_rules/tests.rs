@@ -229,3 +229,11 @@ fn updates_are_refused_only_for_what_they_add() {
         1
     );
 }
+
+#[test]
+fn one_claim_per_host_whatever_its_spelling() {
+    let name = ingress_claim_name("Acme.Example.com.");
+    assert_eq!(name, ingress_claim_name("acme.example.com"));
+    assert_ne!(name, ingress_claim_name("acme.example.org"));
+    assert_eq!(name.len(), "ingress-host-".len() + 20);
+}
