@@ -69,8 +69,9 @@ pub const TENANT_RESOURCES_PROTECTED: &[Protected] = &[
 /// What `POST /namespaces` protects: every way to write a namespace's metadata.
 pub const NAMESPACES_PROTECTED: &[Protected] = &[
     protected("", "namespaces", "", &["CREATE", "UPDATE", "DELETE"]),
-    protected("", "namespaces", "status", &["UPDATE"]),
-    protected("", "namespaces", "finalize", &["UPDATE"]),
+    // Subresources are only ever updated; CREATE is rendered with UPDATE in one rule.
+    protected("", "namespaces", "status", WRITES),
+    protected("", "namespaces", "finalize", WRITES),
 ];
 
 /// The Tenant's compiled rules, or the refusal that says its stored rules are broken.
