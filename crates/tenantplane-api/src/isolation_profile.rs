@@ -40,8 +40,8 @@ pub struct IsolationProfileSpec {
     /// Explicit controls; each one set here overrides the level's value.
     #[serde(default)]
     pub controls: IsolationControls,
-    /// Images and Services the tenant's Pods and Services may use; the sync engine
-    /// refuses (does not sync) a Pod or Service that breaks them.
+    /// Policy rules for the tenant's objects; the sync engine refuses (does not
+    /// sync) a Pod whose images break them. Other rules are validated only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<crate::policy_rules::PolicyRules>,
 }
