@@ -39,7 +39,8 @@ pub enum WebhookClient {
 ///
 /// `failurePolicy: Fail` is safe here because the rules match only tenantplane's own
 /// resources: while the webhook is down, TenantClusters, IsolationProfiles,
-/// SyncPolicies, ResourcePools and ResourcePoolClaims cannot be created or changed
+/// SyncPolicies, ResourcePools, ResourcePoolClaims and Tenants (whose policy rules'
+/// patterns must compile) cannot be created or changed
 /// (their status subresources, which the controllers write, are not matched) and
 /// Tenants cannot be deleted (the `spec.preventDeletion` check), and nothing else
 /// in the cluster is affected (namespaces, pods and the webhook's own Deployment never pass through
@@ -209,6 +210,8 @@ pub fn namespace_webhook_configuration(
                 ..failing_closed(NAMESPACE_WEBHOOK_NAME, &client, NAMESPACES_PATH, ca_bundle)
             },
             MutatingWebhook {
+                // Ingress host claims are written on real requests only.
+                side_effects: "NoneOnDryRun".to_owned(),
                 reinvocation_policy: Some("IfNeeded".to_owned()),
                 namespace_selector: Some(tenant_label_exists()),
                 rules: Some(vec![
@@ -226,6 +229,13 @@ pub fn namespace_webhook_configuration(
                         "Namespaced",
                     ),
                     rule(&[""], &["CREATE"], &["pods/eviction"], "Namespaced"),
+                    // Ephemeral containers' images (the policy rules).
+                    rule(
+                        &[""],
+                        &["UPDATE"],
+                        &["pods/ephemeralcontainers"],
+                        "Namespaced",
+                    ),
                 ]),
                 ..failing_closed(
                     TENANT_RESOURCES_WEBHOOK_NAME,
@@ -386,7 +396,7 @@ mod tests {
                 "apiGroups": ["tenantplane.io"],
                 "apiVersions": ["*"],
                 "operations": ["CREATE", "UPDATE"],
-                "resources": ["tenantclusters", "isolationprofiles", "syncpolicies", "resourcepools", "resourcepoolclaims"],
+                "resources": ["tenantclusters", "isolationprofiles", "syncpolicies", "resourcepools", "resourcepoolclaims", "tenants"],
                 "scope": "*",
             }, {
                 "apiGroups": ["tenantplane.io"],

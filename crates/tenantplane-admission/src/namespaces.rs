@@ -195,6 +195,7 @@ async fn create(
     if let Some(message) = cordon_refusal(tenant, name) {
         return Err(Refusal::forbidden(message));
     }
+    crate::rules::check_namespace(tenant, request, None, object)?;
 
     // An existing namespace takes no slot: the API server answers AlreadyExists.
     if exists(&namespaces, name).await? {
@@ -245,6 +246,9 @@ async fn update(
         unchanged_identity(&identity(old), &identity(new))
             .map_err(|err| Refusal::forbidden(format!("namespace {}: {err}", request.name)))?;
         refuse_if_cordoned(client, old, &request.name).await?;
+        if let Some(tenant) = tenant_of(client, old).await? {
+            crate::rules::check_namespace(&tenant, request, Some(old), new)?;
+        }
         return Ok(None);
     }
     if identity(old).references == identity(new).references {
@@ -276,6 +280,21 @@ async fn refuse_if_cordoned(
         Some(message) => Err(Refusal::forbidden(message)),
         None => Ok(()),
     }
+}
+
+/// The Tenant `namespace` (as it was before the write) belongs to, by owner
+/// reference with its UID. Tenants are listed only for namespaces that name one.
+async fn tenant_of(client: &Client, namespace: &DynamicObject) -> Result<Option<Tenant>, Refusal> {
+    if identity(namespace).references.is_empty() {
+        return Ok(None);
+    }
+    let tenants = list_tenants(client).await?;
+    let references = namespace
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default();
+    Ok(owning_tenant(references, &tenants).cloned())
 }
 
 /// Takes a quota slot for `namespace` in `tenant_name`'s status by compare-and-swap,

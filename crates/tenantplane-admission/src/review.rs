@@ -5,18 +5,20 @@ use kube::core::Status;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde::de::DeserializeOwned;
 use tenantplane_api::{
-    IsolationProfile, ResourcePool, ResourcePoolClaim, SyncPolicy, TenantCluster,
+    IsolationProfile, ResourcePool, ResourcePoolClaim, SyncPolicy, Tenant, TenantCluster,
 };
 use tenantplane_core::pool;
 use tenantplane_core::validation::{self, Violation, introduced};
 
 /// The kinds this webhook validates, as `(kind, resource)`.
-pub const VALIDATED: [(&str, &str); 5] = [
+pub const VALIDATED: [(&str, &str); 6] = [
     ("TenantCluster", "tenantclusters"),
     ("IsolationProfile", "isolationprofiles"),
     ("SyncPolicy", "syncpolicies"),
     ("ResourcePool", "resourcepools"),
     ("ResourcePoolClaim", "resourcepoolclaims"),
+    // CREATE and UPDATE: the policy rules' patterns must compile.
+    ("Tenant", "tenants"),
 ];
 
 /// Reads an AdmissionReview body into its request, or the response that refuses it
@@ -91,10 +93,6 @@ fn tenant_deletion_refusal(request: &AdmissionRequest<DynamicObject>) -> Option<
 
 fn verdict(request: &AdmissionRequest<DynamicObject>) -> Result<(), String> {
     let gvk = &request.kind;
-    // Tenants are sent only for DELETE (above); nothing else to check.
-    if gvk.group == tenantplane_api::GROUP && gvk.kind == TENANT_KIND.0 {
-        return Ok(());
-    }
     let known =
         gvk.group == tenantplane_api::GROUP && VALIDATED.iter().any(|(kind, _)| *kind == gvk.kind);
     if !known {
@@ -104,7 +102,7 @@ fn verdict(request: &AdmissionRequest<DynamicObject>) -> Result<(), String> {
             &gvk.group
         };
         return Err(format!(
-            "tenantplane's webhook validates only tenantplane.io TenantCluster, IsolationProfile, SyncPolicy, ResourcePool and ResourcePoolClaim, not {} ({group} group): limit the ValidatingWebhookConfiguration's rules to those resources",
+            "tenantplane's webhook validates only tenantplane.io TenantCluster, IsolationProfile, SyncPolicy, ResourcePool, ResourcePoolClaim and Tenant, not {} ({group} group): limit the ValidatingWebhookConfiguration's rules to those resources",
             gvk.kind
         ));
     }
@@ -157,6 +155,7 @@ fn violations(kind: &str, object: &DynamicObject) -> Result<Vec<Violation>, Stri
         "SyncPolicy" => validation::sync_policy(&decode::<SyncPolicy>(object)?.spec),
         "ResourcePool" => pool::pool_violations(&decode::<ResourcePool>(object)?.spec),
         "ResourcePoolClaim" => pool::claim_violations(&decode::<ResourcePoolClaim>(object)?.spec),
+        "Tenant" => validation::tenant(&decode::<Tenant>(object)?.spec),
         other => return Err(format!("no rules for kind {other}")),
     })
 }

@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::Error;
+use crate::ingress_claims::{DEFAULT_CLAIMS_NAMESPACE, IngressClaims};
 use crate::namespaces;
 use crate::review;
 use crate::tenant_resources;
@@ -64,7 +65,15 @@ pub fn router_with_client(client: Client) -> Router {
 /// through `client`: `POST /namespaces` (namespace creations and updates) and
 /// `POST /tenant-resources` (writes inside tenant namespaces).
 pub fn router_with_tenancy(client: Client, admins: Admins) -> Router {
-    let state = Arc::new((client, admins));
+    router_with_rules(client, admins, DEFAULT_CLAIMS_NAMESPACE.to_owned())
+}
+
+/// [`router_with_tenancy`] with Ingress host claims (Leases) in `claims_namespace`
+/// (see [`crate::ingress_claims`]). Must be called on a Tokio runtime: it starts
+/// the watch that feeds the Ingress host index.
+pub fn router_with_rules(client: Client, admins: Admins, claims_namespace: String) -> Router {
+    let claims = IngressClaims::start(client.clone(), claims_namespace);
+    let state = Arc::new((client, admins, claims));
     let for_resources = state.clone();
     router()
         .route(
@@ -83,7 +92,8 @@ pub fn router_with_tenancy(client: Client, admins: Admins) -> Router {
             post(move |body: Bytes| {
                 let state = for_resources.clone();
                 async move {
-                    let review = tenant_resources::review(&state.0, &state.1, &body).await;
+                    let review =
+                        tenant_resources::review(&state.0, &state.1, &state.2, &body).await;
                     log_review("tenant resource admission review", &review);
                     Json(review)
                 }

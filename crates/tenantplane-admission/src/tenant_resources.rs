@@ -29,6 +29,7 @@ use tenantplane_core::tenant_admission::{
 };
 
 use crate::answer::{Refusal, decided, escape};
+use crate::ingress_claims::IngressClaims;
 
 /// The legacy annotation that names an Ingress's class.
 pub const INGRESS_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
@@ -37,12 +38,13 @@ pub const INGRESS_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
 pub async fn review(
     client: &Client,
     admins: &Admins,
+    claims: &IngressClaims,
     body: &[u8],
 ) -> AdmissionReview<DynamicObject> {
     match crate::review::parse(body) {
         Ok(request) => decided(
             AdmissionResponse::from(&request),
-            decide(client, admins, &request).await,
+            decide(client, admins, claims, &request).await,
         )
         .into_review(),
         Err(refusal) => refusal.into_review(),
@@ -52,6 +54,7 @@ pub async fn review(
 async fn decide(
     client: &Client,
     admins: &Admins,
+    claims: &IngressClaims,
     request: &AdmissionRequest<DynamicObject>,
 ) -> Result<Option<Value>, Refusal> {
     let Some(namespace) = request.namespace.as_deref().filter(|n| !n.is_empty()) else {
@@ -64,11 +67,11 @@ async fn decide(
         username: request.user_info.username.as_deref().unwrap_or_default(),
         groups: request.user_info.groups.as_deref().unwrap_or_default(),
     };
-    if !admins.contains(&requester)
-        && let Some(message) = cordon_refusal(&tenant, namespace)
-    {
+    let admin = admins.contains(&requester);
+    if !admin && let Some(message) = cordon_refusal(&tenant, namespace) {
         return Err(Refusal::forbidden(message));
     }
+    crate::rules::check_tenant_resource(&tenant, admin, request)?;
     let (Some(object), None) = (request.object.as_ref(), request.sub_resource.as_deref()) else {
         return Ok(None);
     };
@@ -91,7 +94,14 @@ async fn decide(
             "networking.k8s.io" | "extensions",
             "ingresses",
             Operation::Create | Operation::Update,
-        ) => ingress(&tenant, &object, old.as_ref())?,
+        ) => {
+            let tenant_name = tenant.metadata.name.as_deref().unwrap_or_default();
+            let at = (namespace, request.name.as_str());
+            claims
+                .claim(tenant_name, at, &object, old.as_ref(), request.dry_run)
+                .await?;
+            ingress(&tenant, &object, old.as_ref())?
+        }
         _ => Vec::new(),
     };
     Ok((!ops.is_empty()).then_some(Value::Array(ops)))
@@ -100,7 +110,10 @@ async fn decide(
 /// The Tenant `namespace` belongs to: the one its Tenant owner reference names,
 /// with the Tenant's UID. The label is not consulted (it only pre-filters the
 /// webhook's selector), so a wrong or forged label neither adds nor removes rules.
-async fn member_tenant(client: &Client, namespace: &str) -> Result<Option<Tenant>, Refusal> {
+pub(crate) async fn member_tenant(
+    client: &Client,
+    namespace: &str,
+) -> Result<Option<Tenant>, Refusal> {
     let found = Api::<Namespace>::all(client.clone())
         .get_opt(namespace)
         .await

@@ -40,6 +40,10 @@ pub struct IsolationProfileSpec {
     /// Explicit controls; each one set here overrides the level's value.
     #[serde(default)]
     pub controls: IsolationControls,
+    /// Policy rules for the tenant's objects; the sync engine refuses (does not
+    /// sync) a Pod whose images break them. Other rules are validated only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<crate::policy_rules::PolicyRules>,
 }
 
 /// Built-in isolation levels.
@@ -203,6 +207,7 @@ impl IsolationProfileSpec {
         Self {
             level,
             controls: level.defaults().into(),
+            rules: None,
         }
     }
 
@@ -257,6 +262,7 @@ mod tests {
                 require_resource_requests: Some(false),
                 ..Default::default()
             },
+            rules: None,
         };
         let eff = spec.effective_controls();
         assert_eq!(eff.runtime_class_name.as_deref(), Some("gvisor"));

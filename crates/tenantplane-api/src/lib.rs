@@ -11,6 +11,7 @@
 
 pub mod common;
 pub mod isolation_profile;
+pub mod policy_rules;
 pub mod resource_pool;
 pub mod sync_decision;
 pub mod sync_policy;
@@ -24,6 +25,10 @@ pub use common::{ConditionType, LocalRef, SecretKeyRef};
 pub use isolation_profile::{
     ApiFairness, EffectiveControls, IsolationControls, IsolationLevel, IsolationProfile,
     IsolationProfileSpec, PodSecurityLevel,
+};
+pub use policy_rules::{
+    ImageRules, IngressRules, KeyPatterns, MetadataKeyRules, MetadataRules, PolicyRules,
+    PullPolicy, ServiceRules, ServiceType,
 };
 pub use resource_pool::{
     PoolAllocation, ResourceAmounts, ResourcePool, ResourcePoolClaim, ResourcePoolClaimSpec,

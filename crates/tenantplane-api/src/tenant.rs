@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::LocalRef;
+use crate::policy_rules::PolicyRules;
 
 /// A group of host namespaces with owners, a namespace quota, replicated policies and
 /// allowed classes. A namespace belongs to a Tenant only through an owner reference
@@ -86,6 +87,9 @@ pub struct TenantSpec {
     /// Refuse deleting the Tenant while set.
     #[serde(default)]
     pub prevent_deletion: bool,
+    /// Images, Services, Ingress hosts and metadata the tenant may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<PolicyRules>,
 }
 
 /// A tenant owner: a user, group or service account.

@@ -468,6 +468,7 @@ mod tests {
                 pod_security: Some(PodSecurityLevel::Privileged),
                 ..IsolationControls::default()
             },
+            rules: None,
         };
         let objects = compile(&IsolationInput {
             tenant: "dev",

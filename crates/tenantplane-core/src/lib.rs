@@ -13,6 +13,7 @@ pub mod names;
 pub mod naming;
 pub mod plan;
 pub mod pods;
+pub mod policy_rules;
 pub mod pool;
 pub mod provenance;
 pub mod quantity;

@@ -235,6 +235,7 @@ mod tests {
                 node_selector: Default::default(),
                 cordoned: false,
                 prevent_deletion: false,
+                rules: None,
             },
             status: None,
         }

@@ -162,7 +162,18 @@ pub fn isolation_profile(spec: &IsolationProfileSpec) -> Vec<Violation> {
             ),
         ));
     }
+    if let Some(rules) = &spec.rules {
+        out.extend(crate::policy_rules::violations("spec.rules", rules));
+    }
     out
+}
+
+/// A Tenant's spec: its policy rules' patterns all compile.
+pub fn tenant(spec: &tenantplane_api::TenantSpec) -> Vec<Violation> {
+    spec.rules
+        .as_ref()
+        .map(|rules| crate::policy_rules::violations("spec.rules", rules))
+        .unwrap_or_default()
 }
 
 /// A SyncPolicy's spec.

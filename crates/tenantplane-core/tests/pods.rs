@@ -108,6 +108,7 @@ fn ctx() -> HostPodContext {
             runtime_class_name: Some("gvisor".into()),
             block_host_path_volumes: true,
             block_privileged_containers: true,
+            rules: None,
         },
         api_endpoint: TenantApiEndpoint::from_url("https://10.0.0.1:6443"),
     }

@@ -506,9 +506,10 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                         fairness: resolved.profile.spec.effective_controls().api_fairness,
                         workers: ctx.config.workers,
                         pods: PodSettings {
-                            controls: PodControls::from(
-                                &resolved.profile.spec.effective_controls(),
-                            ),
+                            controls: PodControls {
+                                rules: resolved.profile.spec.rules.clone(),
+                                ..PodControls::from(&resolved.profile.spec.effective_controls())
+                            },
                             endpoint: Some(resolved.endpoint.clone()),
                             synced_kinds: Default::default(),
                             host_unreachable_release: ctx.config.host_unreachable_release,

@@ -792,6 +792,86 @@ async fn the_isolation_profile_refuses_by_field_with_a_warning_event() {
     controller.stop().await;
 }
 
+#[tokio::test]
+async fn the_profiles_image_rules_refuse_a_pod_by_rule_and_field() {
+    let h = Harness::start().await;
+    create(&h.host, policy("pods", POD_KINDS, "2s")).await;
+    let mut ruled = profile("ruled", 1000, 2000);
+    ruled["spec"]["level"] = json!("baseline");
+    ruled["spec"]["rules"] = json!({"images": {"allowedRegistries": ["docker.io"],
+        "allowedPullPolicies": ["Always", "IfNotPresent"]}});
+    create(&h.host, ruled).await;
+    create_namespace(&h.tenant, "shop").await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev_with("ruled", "pods").await;
+    create(
+        &h.tenant,
+        pod(
+            "web",
+            json!({"containers": [{"name": "app", "image": "nginx"}]}),
+        ),
+    )
+    .await;
+    create(
+        &h.tenant,
+        pod(
+            "quay",
+            json!({"initContainers": [{"name": "init", "image": "quay.io/tools:1"}],
+            "containers": [{"name": "app", "image": "nginx"}]}),
+        ),
+    )
+    .await;
+    // The allowed Pod is synced (so the rules were read and the engine runs).
+    eventually("the allowed Pod on the host", || async {
+        h.host_api("v1", "Pod")
+            .get_opt(&predicted("web", "shop", "dev"))
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    let skip = eventually("a Skip for quay", || async {
+        h.decisions("dev")
+            .await
+            .into_iter()
+            .find(|d| d["action"] == "Skip" && d["tenant"]["name"] == "quay")
+    })
+    .await;
+    assert!(
+        skip["reason"]
+            .as_str()
+            .unwrap()
+            .contains("spec.initContainers[0].image"),
+        "{skip}"
+    );
+    let events = dynamic(&h.tenant, "events.k8s.io/v1", "Event", Some("shop"));
+    let event = eventually("a Warning Event on quay", || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.data["regarding"]["name"] == "quay")
+    })
+    .await;
+    assert_eq!(event.data["type"], "Warning");
+    assert_eq!(event.data["reason"], "IsolationRefused");
+    let note = event.data["note"].as_str().unwrap();
+    assert!(
+        note.contains("spec.initContainers[0].image (images.allowedRegistries)"),
+        "{note}"
+    );
+    assert!(
+        h.host_api("v1", "Pod")
+            .get_opt(&predicted("quay", "shop", "dev"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    controller.stop().await;
+}
+
 /// Creates, in the tenant: Secret `storage/csi-creds`, PV `pv-1` using it as its CSI
 /// node-publish Secret, claim `shop/data` on that PV (not Bound yet), and Pod
 /// `shop/db` using the claim.

@@ -151,6 +151,8 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
             "Deployment",
             "Service",
             "ValidatingWebhookConfiguration",
@@ -318,7 +320,8 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
         );
     }
 
-    // The webhook: Tenants and namespaces read, only the Tenants' status written.
+    // The webhook: Tenants, namespaces and Ingresses read, only the Tenants' status
+    // and its own Ingress host claims written.
     let webhook_sa = "system:serviceaccount:tenantplane-system:tenantplane-webhook";
     for (what, attributes, expected) in [
         (
@@ -335,6 +338,26 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "read a namespace",
             json!({"resource": "namespaces", "verb": "get", "name": "acme-1"}),
             true,
+        ),
+        (
+            "watch Ingresses (the host index)",
+            json!({"group": "networking.k8s.io", "resource": "ingresses", "verb": "watch"}),
+            true,
+        ),
+        (
+            "claim an Ingress host",
+            json!({"group": "coordination.k8s.io", "resource": "leases", "verb": "create", "namespace": "tenantplane-system"}),
+            true,
+        ),
+        (
+            "write Leases elsewhere",
+            json!({"group": "coordination.k8s.io", "resource": "leases", "verb": "create", "namespace": "kube-system"}),
+            false,
+        ),
+        (
+            "change an Ingress",
+            json!({"group": "networking.k8s.io", "resource": "ingresses", "verb": "update", "namespace": "acme-1"}),
+            false,
         ),
         (
             "change a Tenant's spec",

@@ -397,6 +397,7 @@ mod tests {
                 runtime_class_name: Some("gvisor".into()),
                 block_host_path_volumes: true,
                 block_privileged_containers: true,
+                rules: None,
             },
             api_endpoint: TenantApiEndpoint::from_url("https://10.0.0.7:6443"),
         }

@@ -1,7 +1,9 @@
 //! The IsolationProfile applied to one Pod: what it refuses, by field.
 
 use serde_json::Value;
-use tenantplane_api::EffectiveControls;
+use tenantplane_api::{EffectiveControls, PolicyRules};
+
+use crate::policy_rules::CompiledRules;
 
 use super::refs::CONTAINER_LISTS;
 
@@ -13,6 +15,8 @@ pub struct PodControls {
     pub block_host_path_volumes: bool,
     /// Also refuses hostNetwork, hostPID and hostIPC.
     pub block_privileged_containers: bool,
+    /// The profile's `spec.rules`: images and pull policies of every container.
+    pub rules: Option<PolicyRules>,
 }
 
 impl From<&EffectiveControls> for PodControls {
@@ -21,6 +25,7 @@ impl From<&EffectiveControls> for PodControls {
             runtime_class_name: c.runtime_class_name.clone(),
             block_host_path_volumes: c.block_host_path_volumes,
             block_privileged_containers: c.block_privileged_containers,
+            rules: None,
         }
     }
 }
@@ -85,7 +90,32 @@ pub fn check_pod(pod: &Value, controls: &PodControls) -> Vec<PodRefusal> {
             }
         }
     }
+    if let Some(rules) = &controls.rules {
+        rule_refusals(pod, rules, &mut refusals);
+    }
     refusals
+}
+
+/// The profile's policy rules for one Pod; rules that do not compile (stored while
+/// the webhook was down) refuse every Pod rather than let it through unchecked.
+fn rule_refusals(pod: &Value, rules: &PolicyRules, refusals: &mut Vec<PodRefusal>) {
+    match CompiledRules::compile("spec.rules", rules) {
+        Ok(compiled) => {
+            refusals.extend(
+                compiled
+                    .check_pod(pod)
+                    .into_iter()
+                    .map(|broken| PodRefusal {
+                        field: broken.field,
+                        control: broken.rule,
+                    }),
+            )
+        }
+        Err(_) => refusals.push(PodRefusal {
+            field: "spec".to_owned(),
+            control: "rules (the IsolationProfile's spec.rules do not compile)",
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -99,7 +129,42 @@ mod tests {
             runtime_class_name: None,
             block_host_path_volumes: true,
             block_privileged_containers: true,
+            rules: None,
         }
+    }
+
+    #[test]
+    fn the_profiles_image_rules_refuse_by_field_and_rule() {
+        let controls = PodControls {
+            rules: Some(
+                serde_json::from_value(json!({"images": {"allowedRegistries": ["docker.io"]}}))
+                    .unwrap(),
+            ),
+            ..PodControls::default()
+        };
+        let pod = json!({"spec": {"containers": [{"name": "a", "image": "nginx"},
+            {"name": "b", "image": "quay.io/x:1"}]}});
+        assert_eq!(
+            check_pod(&pod, &controls),
+            [PodRefusal {
+                field: "spec.containers[1].image".into(),
+                control: "images.allowedRegistries",
+            }]
+        );
+        let broken = PodControls {
+            rules: Some(
+                serde_json::from_value(
+                    json!({"metadata": {"services": {"forbiddenLabels": {"regex": "("}}}}),
+                )
+                .unwrap(),
+            ),
+            ..PodControls::default()
+        };
+        assert_eq!(
+            check_pod(&pod, &broken).len(),
+            1,
+            "broken rules refuse, never panic"
+        );
     }
 
     #[test]

@@ -266,7 +266,11 @@ impl KindSyncer {
                 if let HostPodError::Refused(refusals) = &err
                     && self.skip_is_new(&host_name, &err.to_string())
                 {
-                    let fields: Vec<&str> = refusals.iter().map(|r| r.field.as_str()).collect();
+                    // Each refused field with the control or rule that refuses it.
+                    let fields: Vec<String> = refusals
+                        .iter()
+                        .map(|r| format!("{} ({})", r.field, r.control))
+                        .collect();
                     self.warn_tenant_pod(
                         tenant_pod,
                         "IsolationRefused",
