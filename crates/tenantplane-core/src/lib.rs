@@ -15,6 +15,7 @@ pub mod plan;
 pub mod pods;
 pub mod pool;
 pub mod provenance;
+pub mod provisioner;
 pub mod quantity;
 pub mod selector;
 pub mod tenancy;
