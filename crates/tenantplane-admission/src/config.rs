@@ -127,11 +127,13 @@ fn strings(items: &[&str]) -> Vec<String> {
 
 /// The namespace admission configuration's name.
 pub const NAMESPACE_CONFIGURATION_NAME: &str = "tenantplane-namespaces";
-/// The namespace admission webhook's name.
-pub const NAMESPACE_WEBHOOK_NAME: &str = "namespaces.tenantplane.io";
 /// The namespace admission webhook for namespaces without the tenant label
-/// (`failurePolicy: Ignore`).
-pub const PLAIN_NAMESPACE_WEBHOOK_NAME: &str = "plain-namespaces.tenantplane.io";
+/// (`failurePolicy: Ignore`); its name is the one denials have always quoted (an
+/// owner's creation over quota, a non-admin adding a Tenant owner reference).
+pub const NAMESPACE_WEBHOOK_NAME: &str = "namespaces.tenantplane.io";
+/// The namespace admission webhook for namespaces that have, or had, the tenant
+/// label (`failurePolicy: Fail`).
+pub const TENANT_NAMESPACE_WEBHOOK_NAME: &str = "tenant-namespaces.tenantplane.io";
 /// The webhook for writes inside tenant namespaces.
 pub const TENANT_RESOURCES_WEBHOOK_NAME: &str = "tenant-resources.tenantplane.io";
 /// The webhook that sees deletions of tenant namespaces (cordon).
@@ -151,12 +153,12 @@ pub const NAMESPACE_TIMEOUT_SECONDS: i32 = 10;
 /// stopped. Kubernetes 1.20 has no `matchConditions`: the configuration cannot
 /// tell an owner's request from an admin's, only the object's labels.
 ///
-/// `namespaces.tenantplane.io`: `objectSelector` `tenantplane.io/tenant` Exists,
+/// `tenant-namespaces.tenantplane.io`: `objectSelector` `tenantplane.io/tenant` Exists,
 /// which the API server matches against the old *or* the new object: moves,
 /// strips, forged labels on `kube-system`, cordons and creations naming a tenant by
 /// label. `failurePolicy: Fail`: while the webhook is down none of them passes.
 ///
-/// [`PLAIN_NAMESPACE_WEBHOOK_NAME`]: namespaces without the label (`DoesNotExist`).
+/// `namespaces.tenantplane.io`: namespaces without the label (`DoesNotExist`).
 /// While the webhook is up, the handler does everything it does for any namespace
 /// (an owner's new namespace joins its tenant; a non-admin cannot add a Tenant
 /// owner reference). `failurePolicy: Ignore`: while it is down, admins create,
@@ -213,7 +215,7 @@ pub fn namespace_webhook_configuration(
             MutatingWebhook {
                 object_selector: Some(tenant_label(LABEL_EXISTS)),
                 ..namespace_writes(failing_closed(
-                    NAMESPACE_WEBHOOK_NAME,
+                    TENANT_NAMESPACE_WEBHOOK_NAME,
                     &client,
                     NAMESPACES_PATH,
                     ca_bundle,
@@ -259,7 +261,7 @@ pub fn namespace_webhook_configuration(
                 object_selector: Some(tenant_label(LABEL_DOES_NOT_EXIST)),
                 failure_policy: Some("Ignore".to_owned()),
                 ..namespace_writes(failing_closed(
-                    PLAIN_NAMESPACE_WEBHOOK_NAME,
+                    NAMESPACE_WEBHOOK_NAME,
                     &client,
                     NAMESPACES_PATH,
                     ca_bundle,
@@ -360,7 +362,7 @@ mod tests {
         assert!(webhook.get("namespaceSelector").is_none());
         // Fail-closed for anything that has, or had, the tenant label (the API
         // server matches the old or the new object).
-        assert_eq!(webhook["name"], "namespaces.tenantplane.io");
+        assert_eq!(webhook["name"], "tenant-namespaces.tenantplane.io");
         assert_eq!(
             webhook["objectSelector"],
             serde_json::json!({"matchExpressions": [{"key": "tenantplane.io/tenant", "operator": "Exists"}]})
@@ -368,7 +370,7 @@ mod tests {
         assert_eq!(value["webhooks"].as_array().unwrap().len(), 4);
         // Plain namespaces: same handler, same rules, but a down webhook lets them pass.
         let plain = &value["webhooks"][3];
-        assert_eq!(plain["name"], "plain-namespaces.tenantplane.io");
+        assert_eq!(plain["name"], "namespaces.tenantplane.io");
         assert_eq!(plain["failurePolicy"], "Ignore");
         assert_eq!(plain["rules"], webhook["rules"]);
         assert_eq!(plain["sideEffects"], "NoneOnDryRun");

@@ -320,7 +320,9 @@ async fn a_webhook_outage_lets_admins_through_and_keeps_tenancy_closed() {
                 .await,
         );
         assert!(
-            refused.message.contains("namespaces.tenantplane.io"),
+            refused
+                .message
+                .contains("failed calling webhook \"tenant-namespaces.tenantplane.io\""),
             "{namespace}: {refused:?}"
         );
     }
@@ -337,7 +339,7 @@ async fn a_webhook_outage_lets_admins_through_and_keeps_tenancy_closed() {
     assert!(
         refused
             .message
-            .contains("failed calling webhook \"namespaces.tenantplane.io\""),
+            .contains("failed calling webhook \"tenant-namespaces.tenantplane.io\""),
         "{refused:?}"
     );
     let kube_system = namespaces.get("kube-system").await.unwrap();
