@@ -161,7 +161,8 @@ async fn guard(config: &ProvisionerConfig, tenants: &Store<Tenant>, shutdown: &C
         };
         let problem = sync_binding(&config.host, desired_subjects(&health, owners))
             .await
-            .err();
+            .err()
+            .map(|e| e.to_string());
         if problem != last_binding_problem {
             if let Some(problem) = &problem {
                 tracing::warn!(binding = PROVISIONER_NAME, problem = %problem, "provisioner binding");
@@ -262,28 +263,58 @@ pub async fn probe_healthz(target: &ProbeTarget, timeout: Duration) -> Result<()
         })?
 }
 
-/// Brings the binding to `subjects`; a binding tenantplane does not own is never
-/// touched. Returns what went wrong, if anything, for the log.
-async fn sync_binding(host: &Client, subjects: Vec<Subject>) -> Result<(), String> {
+/// Why the binding could not be brought to what the guard wants.
+#[derive(Debug, thiserror::Error)]
+pub enum BindingError {
+    #[error("ClusterRoleBinding {PROVISIONER_NAME} is left alone: {reason}")]
+    Foreign { reason: String },
+    #[error("{verb} ClusterRoleBinding {PROVISIONER_NAME}: {source}")]
+    Api {
+        verb: &'static str,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+/// What [`sync_binding`] wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindingWrite {
+    Kept,
+    Created,
+    Updated,
+}
+
+/// Brings the binding to `subjects` (read first, written only when it differs); a
+/// binding tenantplane does not own is never touched.
+pub async fn sync_binding(
+    host: &Client,
+    subjects: Vec<Subject>,
+) -> Result<BindingWrite, BindingError> {
     let api = Api::<ClusterRoleBinding>::all(host.clone());
+    let failed = |verb| {
+        move |source| BindingError::Api {
+            verb,
+            source: Box::new(source),
+        }
+    };
     let existing = api
         .get_opt(PROVISIONER_NAME)
         .await
-        .map_err(|e| format!("reading: {e}"))?;
+        .map_err(failed("reading"))?;
     let count = subjects.len();
     match plan_binding(existing.as_ref(), subjects) {
-        BindingAction::Keep => Ok(()),
-        BindingAction::Foreign { reason } => Err(format!("left alone: {reason}")),
+        BindingAction::Keep => Ok(BindingWrite::Kept),
+        BindingAction::Foreign { reason } => Err(BindingError::Foreign { reason }),
         BindingAction::Create(binding) => {
             api.create(&PostParams::default(), &binding)
                 .await
-                .map_err(|e| format!("creating: {e}"))?;
+                .map_err(failed("creating"))?;
             tracing::info!(
                 binding = PROVISIONER_NAME,
                 subjects = count,
                 "provisioner binding created"
             );
-            Ok(())
+            Ok(BindingWrite::Created)
         }
         BindingAction::Update(binding) => {
             let before = existing
@@ -292,14 +323,14 @@ async fn sync_binding(host: &Client, subjects: Vec<Subject>) -> Result<(), Strin
                 .map_or(0, Vec::len);
             api.replace(PROVISIONER_NAME, &PostParams::default(), &binding)
                 .await
-                .map_err(|e| format!("updating: {e}"))?;
+                .map_err(failed("updating"))?;
             tracing::info!(
                 binding = PROVISIONER_NAME,
                 subjects = count,
                 previously = before,
                 "provisioner binding updated"
             );
-            Ok(())
+            Ok(BindingWrite::Updated)
         }
     }
 }
