@@ -128,8 +128,13 @@ fn strings(items: &[&str]) -> Vec<String> {
 
 /// The namespace admission configuration's name.
 pub const NAMESPACE_CONFIGURATION_NAME: &str = "tenantplane-namespaces";
-/// The namespace admission webhook's name.
+/// The namespace admission webhook for namespaces without the tenant label
+/// (`failurePolicy: Ignore`); its name is the one denials have always quoted (an
+/// owner's creation over quota, a non-admin adding a Tenant owner reference).
 pub const NAMESPACE_WEBHOOK_NAME: &str = "namespaces.tenantplane.io";
+/// The namespace admission webhook for namespaces that have, or had, the tenant
+/// label (`failurePolicy: Fail`).
+pub const TENANT_NAMESPACE_WEBHOOK_NAME: &str = "tenant-namespaces.tenantplane.io";
 /// The webhook for writes inside tenant namespaces.
 pub const TENANT_RESOURCES_WEBHOOK_NAME: &str = "tenant-resources.tenantplane.io";
 /// The webhook that sees deletions of tenant namespaces (cordon).
@@ -138,26 +143,36 @@ pub const NAMESPACE_DELETION_WEBHOOK_NAME: &str = "namespace-deletion.tenantplan
 /// may retry its compare-and-swap on the Tenant's status under contention.
 pub const NAMESPACE_TIMEOUT_SECONDS: i32 = 10;
 
-/// The MutatingWebhookConfiguration of namespace tenancy, with two webhooks at
+/// The MutatingWebhookConfiguration of namespace tenancy: four webhooks at
 /// `client`, on paths [`NAMESPACES_PATH`] and [`TENANT_RESOURCES_PATH`] (of a
 /// Service, or of a URL given as the server's base, such as `https://host:8443`).
 ///
-/// `namespaces.tenantplane.io`: namespace CREATE and UPDATE, including the
-/// `namespaces/status` and `namespaces/finalize` subresources (both can rewrite a
-/// namespace's metadata, a known hijack path). No selector: a namespace being
-/// claimed has no tenant label yet, so a label selector would let the claim
-/// through. `failurePolicy: Fail`, deliberately: with `Ignore`, a down webhook would
-/// admit namespaces without a quota slot, owner reference or label, and let anyone
-/// with RBAC on namespaces move them between tenants. Failing closed cannot deadlock
-/// the cluster: while the webhook is down, namespace creation, namespace metadata
-/// edits and the last (`finalize`) step of namespace deletion wait, but nothing that
-/// runs — `kube-system`, tenantplane's own Deployment, every workload — needs any of
-/// them to run or to restart, so the webhook comes back and the waiting requests
-/// succeed on retry. (Delete these configurations before deleting tenantplane's
-/// namespace when uninstalling.) While it is up, admins (see `Admins`:
-/// `system:masters`, `system:` users, `kube-system` service accounts, the
-/// configured groups and users) pass at once. `sideEffects: NoneOnDryRun`: a real
-/// request writes a reservation into the Tenant's status; a dry run writes nothing.
+/// Namespace CREATE and UPDATE (with the `namespaces/status` and
+/// `namespaces/finalize` subresources, which can rewrite a namespace's metadata, a
+/// known hijack path) go to the same handler through two webhooks split by the
+/// namespace's own labels, so that a down webhook stops only what tenancy needs
+/// stopped. Kubernetes 1.20 has no `matchConditions`: the configuration cannot
+/// tell an owner's request from an admin's, only the object's labels.
+///
+/// `tenant-namespaces.tenantplane.io`: `objectSelector` `tenantplane.io/tenant` Exists,
+/// which the API server matches against the old *or* the new object: moves,
+/// strips, forged labels on `kube-system`, cordons and creations naming a tenant by
+/// label. `failurePolicy: Fail`: while the webhook is down none of them passes.
+///
+/// `namespaces.tenantplane.io`: namespaces without the label (`DoesNotExist`).
+/// While the webhook is up, the handler does everything it does for any namespace
+/// (an owner's new namespace joins its tenant; a non-admin cannot add a Tenant
+/// owner reference). `failurePolicy: Ignore`: while it is down, admins create,
+/// label and delete plain namespaces and the namespace controller finalizes them.
+/// An owner's creation stays fail-closed through RBAC, not here: owners may create
+/// namespaces only through the ClusterRoleBinding `tenantplane-namespace-provisioner`,
+/// whose subjects the controller empties while this webhook does not answer. Last
+/// in the list, so a namespace labelled by an earlier webhook is not sent twice.
+/// `sideEffects: NoneOnDryRun` for both: a real request writes a reservation into
+/// the Tenant's status; a dry run writes nothing.
+///
+/// Admins (see `Admins`: `system:masters`, `system:` users, `kube-system` service
+/// accounts, the configured groups and users) pass at once while it is up.
 ///
 /// `tenant-resources.tenantplane.io`: CREATE, UPDATE and DELETE of every namespaced
 /// resource (and `scale`), `exec`, `attach` and `port-forward` into Pods and their
@@ -199,15 +214,13 @@ pub fn namespace_webhook_configuration(
         },
         webhooks: Some(vec![
             MutatingWebhook {
-                side_effects: "NoneOnDryRun".to_owned(),
-                timeout_seconds: Some(NAMESPACE_TIMEOUT_SECONDS),
-                rules: Some(vec![rule(
-                    &[""],
-                    &["CREATE", "UPDATE"],
-                    &["namespaces", "namespaces/status", "namespaces/finalize"],
-                    "Cluster",
-                )]),
-                ..failing_closed(NAMESPACE_WEBHOOK_NAME, &client, NAMESPACES_PATH, ca_bundle)
+                object_selector: Some(tenant_label(LABEL_EXISTS)),
+                ..namespace_writes(failing_closed(
+                    TENANT_NAMESPACE_WEBHOOK_NAME,
+                    &client,
+                    NAMESPACES_PATH,
+                    ca_bundle,
+                ))
             },
             MutatingWebhook {
                 // Ingress host claims are written on real requests only.
@@ -254,7 +267,38 @@ pub fn namespace_webhook_configuration(
                     ca_bundle,
                 )
             },
+            MutatingWebhook {
+                object_selector: Some(tenant_label(LABEL_DOES_NOT_EXIST)),
+                failure_policy: Some("Ignore".to_owned()),
+                ..namespace_writes(failing_closed(
+                    NAMESPACE_WEBHOOK_NAME,
+                    &client,
+                    NAMESPACES_PATH,
+                    ca_bundle,
+                ))
+            },
         ]),
+    }
+}
+
+/// `webhook` for namespace CREATE and UPDATE, with the `status` and `finalize`
+/// subresources; dry runs write no reservation.
+fn namespace_writes(webhook: MutatingWebhook) -> MutatingWebhook {
+    MutatingWebhook {
+        side_effects: "NoneOnDryRun".to_owned(),
+        timeout_seconds: Some(NAMESPACE_TIMEOUT_SECONDS),
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(strings(&[""])),
+            api_versions: Some(strings(&["v1"])),
+            operations: Some(strings(&["CREATE", "UPDATE"])),
+            resources: Some(strings(&[
+                "namespaces",
+                "namespaces/status",
+                "namespaces/finalize",
+            ])),
+            scope: Some("Cluster".to_owned()),
+        }]),
+        ..webhook
     }
 }
 
@@ -279,12 +323,21 @@ fn failing_closed(
     }
 }
 
+const LABEL_EXISTS: &str = "Exists";
+const LABEL_DOES_NOT_EXIST: &str = "DoesNotExist";
+
 /// Selects objects (namespaces) carrying the `tenantplane.io/tenant` label.
 fn tenant_label_exists() -> LabelSelector {
+    tenant_label(LABEL_EXISTS)
+}
+
+/// Selects objects by whether the `tenantplane.io/tenant` label is there
+/// (`operator` is [`LABEL_EXISTS`] or [`LABEL_DOES_NOT_EXIST`]).
+fn tenant_label(operator: &str) -> LabelSelector {
     LabelSelector {
         match_expressions: Some(vec![LabelSelectorRequirement {
             key: TENANT_LABEL.to_owned(),
-            operator: "Exists".to_owned(),
+            operator: operator.to_owned(),
             values: None,
         }]),
         match_labels: None,
@@ -317,6 +370,28 @@ mod tests {
         assert_eq!(webhook["sideEffects"], "NoneOnDryRun");
         assert_eq!(webhook["clientConfig"]["service"]["path"], "/namespaces");
         assert!(webhook.get("namespaceSelector").is_none());
+        // Fail-closed for anything that has, or had, the tenant label (the API
+        // server matches the old or the new object).
+        assert_eq!(webhook["name"], "tenant-namespaces.tenantplane.io");
+        assert_eq!(
+            webhook["objectSelector"],
+            serde_json::json!({"matchExpressions": [{"key": "tenantplane.io/tenant", "operator": "Exists"}]})
+        );
+        assert_eq!(value["webhooks"].as_array().unwrap().len(), 4);
+        // Plain namespaces: same handler, same rules, but a down webhook lets them pass.
+        let plain = &value["webhooks"][3];
+        assert_eq!(plain["name"], "namespaces.tenantplane.io");
+        assert_eq!(plain["failurePolicy"], "Ignore");
+        assert_eq!(plain["rules"], webhook["rules"]);
+        assert_eq!(plain["sideEffects"], "NoneOnDryRun");
+        assert_eq!(plain["timeoutSeconds"], webhook["timeoutSeconds"]);
+        assert_eq!(plain["clientConfig"]["service"]["path"], "/namespaces");
+        assert_eq!(
+            plain["objectSelector"],
+            serde_json::json!({"matchExpressions": [{"key": "tenantplane.io/tenant", "operator": "DoesNotExist"}]})
+        );
+        assert!(plain.get("namespaceSelector").is_none());
+        assert_eq!(plain["reinvocationPolicy"], "Never");
         let inside = &value["webhooks"][1];
         assert_eq!(inside["name"], "tenant-resources.tenantplane.io");
         assert_eq!(
@@ -371,6 +446,10 @@ mod tests {
             assert_eq!(
                 value["webhooks"][1]["clientConfig"]["url"],
                 "https://h:8443/tenant-resources"
+            );
+            assert_eq!(
+                value["webhooks"][3]["clientConfig"]["url"],
+                "https://h:8443/namespaces"
             );
         }
     }

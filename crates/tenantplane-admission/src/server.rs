@@ -1,5 +1,5 @@
 //! The HTTPS server: `POST /validate`, `POST /namespaces` (with a client) and
-//! `GET /healthz`, over rustls (ring).
+//! `GET /healthz` and `GET /readyz`, over rustls (ring).
 
 use std::future::Future;
 use std::path::Path;
@@ -33,6 +33,9 @@ use tenantplane_core::tenant_admission::Admins;
 
 pub const VALIDATE_PATH: &str = "/validate";
 pub const HEALTHZ_PATH: &str = "/healthz";
+/// Ready to serve admission: answered only over TLS, and nothing listens before the
+/// certificate is loaded, so an answer means the certificate is in place.
+pub const READYZ_PATH: &str = "/readyz";
 pub const NAMESPACES_PATH: &str = "/namespaces";
 pub const TENANT_RESOURCES_PATH: &str = "/tenant-resources";
 
@@ -52,6 +55,7 @@ pub fn router() -> Router {
     Router::new()
         .route(VALIDATE_PATH, post(validate))
         .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
+        .route(READYZ_PATH, get(|| async { "ok\n" }))
         .layer(DefaultBodyLimit::max(MAX_BODY))
 }
 

@@ -34,6 +34,9 @@ use tenantplane_testenv::{ApiServerOptions, TestEnv, TestUser};
 const DEADLINE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(100);
 const BY_NAMESPACES: &str = "admission webhook \"namespaces.tenantplane.io\" denied the request";
+/// Same handler, for namespaces whose old or new object has the tenant label.
+const BY_TENANT_NAMESPACES: &str =
+    "admission webhook \"tenant-namespaces.tenantplane.io\" denied the request";
 const BY_NAMESPACE_DELETION: &str =
     "admission webhook \"namespace-deletion.tenantplane.io\" denied the request";
 const BY_RESOURCES: &str =
@@ -279,7 +282,7 @@ async fn namespace_tenant_rules_stop_hijacks_and_enforce_tenant_policy() {
         ..PatchParams::default()
     };
     let mallory_namespaces: Api<Namespace> = Api::all(cluster.mallory.clone());
-    until_refused(BY_NAMESPACES, || {
+    until_refused(BY_TENANT_NAMESPACES, || {
         let (api, dry_run) = (mallory_namespaces.clone(), dry_run.clone());
         async move {
             let claim = Patch::Merge(json!({"metadata": {"labels": {TENANT_LABEL: "evil"}}}));
@@ -449,11 +452,16 @@ async fn hijacks_through_every_update_path_are_refused(cluster: &Cluster) {
         ),
     ];
     for (name, via, body, says) in attempts {
-        assert_refused(
-            via.patch(&namespaces, name, body).await,
-            BY_NAMESPACES,
-            says,
-        );
+        // The webhook that sees it: the tenant one when the old namespace (a
+        // member) or the new one (the body adds the label) has the tenant label.
+        let labelled = !matches!(name, "kube-system" | "kube-public")
+            || body.to_string().contains(TENANT_LABEL);
+        let by = if labelled {
+            BY_TENANT_NAMESPACES
+        } else {
+            BY_NAMESPACES
+        };
+        assert_refused(via.patch(&namespaces, name, body).await, by, says);
     }
     // PUT.
     let mut kube_system = namespaces.get("kube-system").await.unwrap();
@@ -480,7 +488,7 @@ async fn hijacks_through_every_update_path_are_refused(cluster: &Cluster) {
         namespaces
             .replace_subresource("finalize", "evil-1", &PostParams::default(), &escaped)
             .await,
-        BY_NAMESPACES,
+        BY_TENANT_NAMESPACES,
         ONLY_ADMIN_REFS,
     );
 
@@ -524,7 +532,7 @@ async fn namespace_creations_cannot_name_another_tenant(cluster: &Cluster) {
             json!({"metadata": {"name": "evil-labelled", "labels": {TENANT_LABEL: "acme"}}}),
         )
         .await,
-        BY_NAMESPACES,
+        BY_TENANT_NAMESPACES,
         "label tenantplane.io/tenant=acme",
     );
 }
@@ -553,7 +561,7 @@ async fn admin_adoptions_respect_the_quota(cluster: &Cluster) {
                 &adopt(full_ref.clone(), "full"),
             )
             .await,
-        BY_NAMESPACES,
+        BY_TENANT_NAMESPACES,
         "Tenant full may have at most 1 namespaces and has 1",
     );
     assert_refused(
@@ -834,7 +842,7 @@ async fn a_cordoned_tenant_refuses_writes_but_not_admins(cluster: &Cluster) {
         alices_namespaces
             .patch("acme-1", &PatchParams::default(), &relabel)
             .await,
-        BY_NAMESPACES,
+        BY_TENANT_NAMESPACES,
         cordoned,
     );
     let dry_run_delete = DeleteParams {

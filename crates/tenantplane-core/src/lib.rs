@@ -16,6 +16,7 @@ pub mod pods;
 pub mod policy_rules;
 pub mod pool;
 pub mod provenance;
+pub mod provisioner;
 pub mod quantity;
 pub mod revocation;
 pub mod selector;

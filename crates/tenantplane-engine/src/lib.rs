@@ -14,5 +14,6 @@ pub mod leader;
 pub mod metrics;
 pub mod pools;
 pub mod provision;
+pub mod provisioner;
 pub mod queue;
 pub mod tenancy;

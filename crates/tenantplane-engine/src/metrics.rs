@@ -56,6 +56,8 @@ pub struct Metrics {
     pub passes: Family<TenantLabels, Counter>,
     /// Decisions not emitted as Events (they are all in the SyncDecision).
     pub events_suppressed: Counter,
+    /// 1 while the namespace webhook answers the provisioner guard's probes.
+    pub namespace_webhook_up: Gauge,
 }
 
 impl Metrics {
@@ -69,6 +71,7 @@ impl Metrics {
             sync_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             passes: Family::default(),
             events_suppressed: Counter::default(),
+            namespace_webhook_up: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("tenantplane");
         r.register(
@@ -110,6 +113,11 @@ impl Metrics {
             "decision_events_suppressed",
             "Decisions not emitted as Events to protect the API server (all are in the SyncDecision)",
             metrics.events_suppressed.clone(),
+        );
+        r.register(
+            "namespace_webhook_up",
+            "1 while the namespace webhook answers (owners may create namespaces), else 0",
+            metrics.namespace_webhook_up.clone(),
         );
         metrics
     }

@@ -18,6 +18,7 @@ use prometheus_client::registry::Registry;
 use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::leader::{LeaseConfig, run_as_leader};
 use tenantplane_engine::metrics::Metrics;
+use tenantplane_engine::provisioner::{self, ProvisionerConfig};
 use tenantplane_engine::tenancy::{self, TenantControllerConfig};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::broadcast;
@@ -53,6 +54,17 @@ pub struct ControllerArgs {
     #[arg(long, default_value_t = tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..))]
     pub host_unreachable_release_secs: u64,
+    /// The MutatingWebhookConfiguration of namespace tenancy: its
+    /// `namespaces.tenantplane.io` webhook is probed, and owners may create
+    /// namespaces (ClusterRoleBinding `tenantplane-namespace-provisioner`) only
+    /// while it answers. Missing = not installed = no owner may.
+    #[arg(long, default_value = provisioner::DEFAULT_CONFIGURATION)]
+    pub namespace_webhook_configuration: String,
+    /// Seconds between probes of the namespace webhook (3 failures in a row take
+    /// the owners' grant away, one answer gives it back).
+    #[arg(long, default_value_t = provisioner::DEFAULT_PROBE_INTERVAL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub provisioner_probe_secs: u64,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
@@ -143,13 +155,30 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             metrics: Arc::clone(&metrics),
         }
     };
-    // Both controllers write only while this replica leads, and stop together.
+    let make_provisioner_config = {
+        let (host, metrics) = (host.clone(), Arc::clone(&metrics));
+        let webhook_configuration = args.namespace_webhook_configuration.clone();
+        let probe_interval = Duration::from_secs(args.provisioner_probe_secs);
+        move || ProvisionerConfig {
+            host: host.clone(),
+            metrics: Arc::clone(&metrics),
+            webhook_configuration: webhook_configuration.clone(),
+            probe_interval,
+        }
+    };
+    // The controllers and the provisioner guard write only while this replica
+    // leads, and stop together.
     let run_both = move |stop: CancellationToken| {
-        let (clusters, tenants) = (make_config(), make_tenant_config());
+        let (clusters, tenants, guard) = (
+            make_config(),
+            make_tenant_config(),
+            make_provisioner_config(),
+        );
         async move {
             tokio::join!(
                 controller::run(clusters, stop.clone()),
-                tenancy::run(tenants, stop)
+                tenancy::run(tenants, stop.clone()),
+                provisioner::run(guard, stop)
             );
         }
     };

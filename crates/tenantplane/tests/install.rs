@@ -144,6 +144,8 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "ServiceAccount",
             "ClusterRole",
             "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
@@ -154,6 +156,7 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "Role",
             "RoleBinding",
             "Deployment",
+            "PodDisruptionBudget",
             "Service",
             "ValidatingWebhookConfiguration",
             "Issuer",
@@ -265,6 +268,22 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"resource": "nodes", "verb": "get", "name": "node-a"}),
         ),
         (
+            "read the provisioner binding",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "clusterrolebindings", "verb": "get", "name": "tenantplane-namespace-provisioner"}),
+        ),
+        (
+            "set the provisioner binding's subjects",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "clusterrolebindings", "verb": "update", "name": "tenantplane-namespace-provisioner"}),
+        ),
+        (
+            "bind the namespace provisioner",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "bind", "name": "tenantplane-namespace-provisioner"}),
+        ),
+        (
+            "read where the namespace webhook is",
+            json!({"group": "admissionregistration.k8s.io", "resource": "mutatingwebhookconfigurations", "verb": "get", "name": "tenantplane-namespaces"}),
+        ),
+        (
             "hold its lease",
             json!({"group": "coordination.k8s.io", "resource": "leases", "verb": "update", "namespace": "tenantplane-system"}),
         ),
@@ -310,6 +329,22 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"resource": "nodes", "verb": "update", "name": "node-a"}),
         ),
         (
+            "update another ClusterRoleBinding",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "clusterrolebindings", "verb": "update", "name": "cluster-admin"}),
+        ),
+        (
+            "delete the provisioner binding",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "clusterrolebindings", "verb": "delete", "name": "tenantplane-namespace-provisioner"}),
+        ),
+        (
+            "read other webhook configurations",
+            json!({"group": "admissionregistration.k8s.io", "resource": "mutatingwebhookconfigurations", "verb": "get", "name": "other"}),
+        ),
+        (
+            "change the namespace webhook configuration",
+            json!({"group": "admissionregistration.k8s.io", "resource": "mutatingwebhookconfigurations", "verb": "update", "name": "tenantplane-namespaces"}),
+        ),
+        (
             "update a volume",
             json!({"resource": "persistentvolumes", "verb": "update", "name": "pv-1"}),
         ),
@@ -319,6 +354,26 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "the controller must not {what}"
         );
     }
+
+    // The provisioner binding ships empty and managed by tenantplane: nobody may
+    // create namespaces through it until the controller has seen the webhook answer.
+    let provisioner = created
+        .iter()
+        .find(|(k, d)| {
+            k == "ClusterRoleBinding"
+                && d["metadata"]["name"] == "tenantplane-namespace-provisioner"
+        })
+        .map(|(_, d)| d)
+        .unwrap();
+    assert_eq!(
+        provisioner["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "tenantplane"
+    );
+    assert_eq!(
+        provisioner["roleRef"]["name"],
+        "tenantplane-namespace-provisioner"
+    );
+    assert_eq!(provisioner["subjects"], json!([]));
 
     // The webhook: Tenants, namespaces and Ingresses read, only the Tenants' status
     // and its own Ingress host claims written.
@@ -427,7 +482,29 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
                 );
                 assert_eq!(probes.0["path"], "/healthz");
                 assert_eq!(probes.0["scheme"], "HTTPS");
+                // Ready only once its certificate is loaded (see /readyz).
+                assert_eq!(probes.1["path"], "/readyz");
+                assert_eq!(probes.1["scheme"], "HTTPS");
                 assert_eq!(container["ports"][0]["containerPort"], 8443);
+                // Highly available: two replicas, spread by host, one always up.
+                assert_eq!(doc["spec"]["replicas"], 2);
+                let spread = &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+                    [0]["podAffinityTerm"];
+                assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
+                assert_eq!(
+                    spread["labelSelector"]["matchLabels"],
+                    doc["spec"]["selector"]["matchLabels"]
+                );
+                let budget = created
+                    .iter()
+                    .find(|(k, _)| k == "PodDisruptionBudget")
+                    .map(|(_, d)| d)
+                    .unwrap();
+                assert_eq!(budget["spec"]["minAvailable"], 1);
+                assert_eq!(
+                    budget["spec"]["selector"]["matchLabels"],
+                    doc["spec"]["selector"]["matchLabels"]
+                );
                 // Its own identity, not the controller's.
                 assert_eq!(pod["serviceAccountName"], "tenantplane-webhook");
             }
