@@ -330,6 +330,7 @@ fn render_isolation_prints_what_the_compiler_produces() {
     let objects = render_isolation("restricted", "team-dev", &caps);
     let expected =
         tenantplane_core::isolation::compile(&tenantplane_core::isolation::IsolationInput {
+            pods: tenantplane_core::isolation::PodScope::TenantCluster,
             tenant: "dev",
             host_namespace: "team-dev",
             profile: &tenantplane_api::IsolationProfileSpec::for_level(
