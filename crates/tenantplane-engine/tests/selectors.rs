@@ -192,6 +192,29 @@ async fn services_and_isolation_select_only_their_own_tenants_pods() {
         assert_eq!(listed, expected, "{tenant}'s Service in {ns}: {query:?}");
     }
 
+    // A forged selector over tenantplane's own label is refused, naming the field.
+    create(
+        &t.h.tenant,
+        json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "forged", "namespace": "default"},
+        "spec": {"selector": {"tenantplane.io/tenant": "b"}, "ports": [{"port": 80}]}}),
+    )
+    .await;
+    let forged = predicted("forged", "default", "a");
+    let skip = eventually("a Skip for the forged Service", || async {
+        t.h.decisions("a")
+            .await
+            .into_iter()
+            .find(|d| d["action"] == "Skip" && d["host"]["name"] == forged.as_str())
+    })
+    .await;
+    let reason = skip["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("spec.selector") && reason.contains("tenantplane.io/tenant"),
+        "{reason}"
+    );
+    assert!(services.get_opt(&forged).await.unwrap().is_none());
+
     // The isolation policies of a and b share the namespace and stay apart.
     let policies = t.h.host_api("networking.k8s.io/v1", "NetworkPolicy");
     for (tenant, own) in [
