@@ -173,6 +173,91 @@ fn workload_templates_carry_the_labels_their_selector_needs() {
     );
 }
 
+#[test]
+fn pod_affinity_and_spread_count_only_the_tenants_pods() {
+    let term = |extra: Value| {
+        let mut t = json!({"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"});
+        t.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        t
+    };
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "shop"},
+        "spec": {
+            "containers": [{"name": "c", "image": "nginx"}],
+            "affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    term(json!({})),
+                    term(json!({"namespaceSelector": {}})),
+                    term(json!({"namespaces": ["a", "b"]})),
+                    term(json!({"namespaceSelector": {"matchLabels": {"team": "x"}}}))
+                ]},
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "podAffinityTerm": {"labelSelector": null, "namespaceSelector": {}, "topologyKey": "zone"}}
+                ]}
+            },
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                                           "labelSelector": {"matchLabels": {"app": "web"}}}]
+        }
+    });
+    let host = host_object("dev", pod.clone()).unwrap();
+    let terms = &host["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    let with = |labels: Value, expressions: Option<Value>| {
+        let mut t = json!({"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"});
+        if let Some(e) = expressions {
+            t["labelSelector"]["matchExpressions"] = e;
+        }
+        t
+    };
+    assert_eq!(
+        terms[0],
+        with(
+            json!({"app": "web", "tenantplane.io/tenant": "dev", "tenantplane.io/virtual-namespace": "shop"}),
+            None
+        )
+    );
+    assert_eq!(
+        terms[1],
+        with(json!({"app": "web", "tenantplane.io/tenant": "dev"}), None)
+    );
+    assert_eq!(
+        terms[2],
+        with(
+            json!({"app": "web", "tenantplane.io/tenant": "dev"}),
+            Some(
+                json!([{"key": "tenantplane.io/virtual-namespace", "operator": "In", "values": ["a", "b"]}])
+            )
+        )
+    );
+    assert_eq!(
+        terms[3],
+        with(
+            json!({"app": "web", "tenantplane.io/tenant": "dev"}),
+            Some(json!([{"key": "tenantplane.io/tenant", "operator": "DoesNotExist"}]))
+        )
+    );
+    // No host namespace field survives; a null selector stays null.
+    assert_eq!(
+        host["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            [0]["podAffinityTerm"],
+        json!({"labelSelector": null, "topologyKey": "zone"})
+    );
+    assert_eq!(
+        host["spec"]["topologySpreadConstraints"][0]["labelSelector"],
+        json!({"matchLabels": {"app": "web", "tenantplane.io/tenant": "dev", "tenantplane.io/virtual-namespace": "shop"}})
+    );
+    let mut forged = pod;
+    forged["spec"]["topologySpreadConstraints"][0]["labelSelector"] =
+        json!({"matchLabels": {"tenantplane.io/tenant": "prod"}});
+    let err = host_object("dev", forged).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("spec.topologySpreadConstraints[0].labelSelector"),
+        "{err}"
+    );
+}
+
 fn namespaces() -> TenantNamespaces {
     BTreeMap::from([
         ("default".to_owned(), BTreeMap::new()),

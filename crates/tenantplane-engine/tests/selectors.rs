@@ -54,9 +54,12 @@ async fn two_tenants() -> TwoTenants {
     for tenant in [&h.tenant, &b] {
         create_namespace(tenant, "other").await;
         for ns in ["default", "other"] {
-            create(tenant, json!({"apiVersion": "v1", "kind": "Pod",
+            create(
+                tenant,
+                json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "web", "namespace": ns, "labels": {"app": "web"}},
-                "spec": {"automountServiceAccountToken": false, "containers": [{"name": "app", "image": "nginx"}]}}))
+                "spec": pod_spec()}),
+            )
             .await;
         }
     }
@@ -78,6 +81,16 @@ async fn two_tenants() -> TwoTenants {
         b,
         _controller: controller,
     }
+}
+
+/// A Pod spec whose scheduling selectors would reach every tenant's Pods verbatim.
+fn pod_spec() -> Value {
+    json!({"automountServiceAccountToken": false, "containers": [{"name": "app", "image": "nginx"}],
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1,
+            "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "web"}}, "namespaces": ["default", "other"],
+                                "topologyKey": "kubernetes.io/hostname"}}]}},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
+                                       "labelSelector": {"matchLabels": {"app": "web"}}}]})
 }
 
 fn all_pods() -> [(&'static str, &'static str); 4] {
@@ -191,6 +204,23 @@ async fn services_and_isolation_select_only_their_own_tenants_pods() {
             .collect();
         assert_eq!(listed, expected, "{tenant}'s Service in {ns}: {query:?}");
     }
+
+    // The host Pods' scheduling selectors count only their own tenant's Pods (and
+    // the host API server accepted the rewritten shapes).
+    let a_pod = host_pods
+        .get(&predicted("web", "default", "a"))
+        .await
+        .unwrap();
+    let term = &a_pod.data["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        [0]["podAffinityTerm"];
+    // (`namespaces`: the 1.20 test servers drop an affinity `namespaceSelector`.)
+    assert!(term.get("namespaces").is_none(), "{term}");
+    assert_eq!(
+        selected(&term["labelSelector"], &pods),
+        names(&[("default", "a"), ("other", "a")])
+    );
+    let spread = &a_pod.data["spec"]["topologySpreadConstraints"][0]["labelSelector"];
+    assert_eq!(selected(spread, &pods), names(&[("default", "a")]));
 
     // A forged selector over tenantplane's own label is refused, naming the field.
     create(
