@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::kinds::{GroupKind, Scope};
-use crate::transform::{Placement, TenantTarget, TransformError, is_system_namespace, place};
+use crate::selectors::{TenantNamespaces, host_selectors};
+use crate::transform::{
+    Placement, TenantTarget, TransformError, is_system_namespace, place, to_host_in,
+};
 
 /// What `explain-sync` is asked about.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +33,10 @@ pub struct Explanation {
     pub host_resource: Option<HostResource>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// The host object's label selectors by field, when the tenant object was given
+    /// whole (`explain-sync -f`): the same rewrite the engine applies.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub selectors: BTreeMap<String, serde_json::Value>,
     /// `Sync` or `Skip`.
     pub action: &'static str,
     pub reason: String,
@@ -93,6 +100,7 @@ pub fn explain(request: &ExplainRequest) -> Result<Explanation, TransformError> 
             }),
             labels: placement.metadata.labels,
             annotations: placement.metadata.annotations,
+            selectors: BTreeMap::new(),
             tenant_resource,
             action: "Sync",
         }),
@@ -103,6 +111,7 @@ pub fn explain(request: &ExplainRequest) -> Result<Explanation, TransformError> 
                 host_resource: None,
                 labels: BTreeMap::new(),
                 annotations: BTreeMap::new(),
+                selectors: BTreeMap::new(),
                 action: "Skip",
                 reason: format!(
                     "{namespace} is a tenant system namespace; its objects are never synced to the host"
@@ -111,6 +120,57 @@ pub fn explain(request: &ExplainRequest) -> Result<Explanation, TransformError> 
         }
         Err(err) => Err(err),
     }
+}
+
+/// [`explain`] for a whole tenant object: also transforms it as the engine would,
+/// and reports the host copy's selectors. A selector the engine would refuse makes
+/// the answer a `Skip` with the engine's reason. `namespaces` are the tenant's
+/// namespaces (offline, usually none: a labelled NetworkPolicy `namespaceSelector`
+/// then matches nothing).
+pub fn explain_object(
+    tenant: &str,
+    tenant_namespace: &str,
+    object: &serde_json::Value,
+    namespaces: &TenantNamespaces,
+) -> Result<Explanation, TransformError> {
+    let field = |pointer: &str, name: &'static str| {
+        object
+            .pointer(pointer)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+            .ok_or(TransformError::Malformed { field: name })
+    };
+    let request = ExplainRequest {
+        tenant: tenant.to_owned(),
+        tenant_namespace: tenant_namespace.to_owned(),
+        virtual_namespace: field("/metadata/namespace", "metadata.namespace")
+            .unwrap_or_else(|_| "default".to_owned()),
+        name: field("/metadata/name", "metadata.name")?,
+        api_version: field("/apiVersion", "apiVersion")?,
+        kind: field("/kind", "kind")?,
+    };
+    let mut explanation = explain(&request)?;
+    if explanation.action != "Sync" {
+        return Ok(explanation);
+    }
+    let target = TenantTarget::new(tenant, tenant_namespace)?;
+    let group_kind = GroupKind::from_api_version(&request.api_version, &request.kind)?;
+    let mut object = object.clone();
+    if let Some(meta) = object
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        meta.insert("namespace".into(), request.virtual_namespace.clone().into());
+    }
+    match to_host_in(&target, &group_kind, Scope::Namespaced, &object, namespaces) {
+        Ok((_, host)) => explanation.selectors = host_selectors(&group_kind, &host),
+        Err(err @ TransformError::Selector(_)) => {
+            explanation.action = "Skip";
+            explanation.reason = format!("cannot be synced: {err}");
+        }
+        Err(err) => return Err(err),
+    }
+    Ok(explanation)
 }
 
 /// The reason a synced object lands where it does, as decisions and the CLI say it.
@@ -144,6 +204,24 @@ mod tests {
             api_version: "v1".into(),
             kind: "Pod".into(),
         }
+    }
+
+    #[test]
+    fn a_whole_object_shows_its_rewritten_selectors_or_why_not() {
+        let svc = serde_json::json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "shop"}, "spec": {"selector": {"app": "web"}}});
+        let e = explain_object("dev", "team-dev", &svc, &TenantNamespaces::new()).unwrap();
+        assert_eq!(e.action, "Sync");
+        assert_eq!(
+            e.selectors["spec.selector"],
+            serde_json::json!({"app": "web", "tenantplane.io/tenant": "dev", "tenantplane.io/virtual-namespace": "shop"})
+        );
+        let mut forged = svc.clone();
+        forged["spec"]["selector"]["tenantplane.io/tenant"] = "prod".into();
+        let e = explain_object("dev", "team-dev", &forged, &TenantNamespaces::new()).unwrap();
+        assert_eq!(e.action, "Skip");
+        assert!(e.reason.contains("spec.selector"), "{}", e.reason);
+        assert!(e.selectors.is_empty());
     }
 
     #[test]

@@ -38,8 +38,9 @@ use crate::names::{NameError, validate_namespace_name, validate_tenant_name};
 use crate::quantity::{QuantityError, approximate_value, validate_non_negative};
 
 // Named per tenant, so TenantClusters sharing a host namespace never collide. They
-// share the namespace's boundary: every tenant's quota and limits apply to every pod
-// there, and each policy selects every pod (pod labels are not a boundary).
+// share the namespace's quota and limits (a ResourceQuota cannot select Pods by
+// label), but each TenantCluster's policy selects and admits only its own Pods (see
+// [`PodScope`]).
 
 /// The NetworkPolicy of `tenant`: `tenantplane-isolation-<tenant>`.
 pub fn network_policy_name(tenant: &str) -> String {
@@ -78,9 +79,22 @@ const DNS_NAMESPACE_LABEL: (&str, &str) = ("kubernetes.io/metadata.name", "kube-
 const DNS_POD_LABEL: (&str, &str) = ("k8s-app", "kube-dns");
 const DNS_PORT: i32 = 53;
 
+/// Which Pods of the host namespace a boundary holds and lets talk to each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodScope {
+    /// Every Pod of the namespace: a namespace tenant (`Tenant`) owns it whole.
+    Namespace,
+    /// Only the TenantCluster's own Pods (`tenantplane.io/tenant=<name>`, a label
+    /// only tenantplane writes): several TenantClusters may share a host namespace,
+    /// and NetworkPolicies add up, so one's policy never admits another's Pods.
+    TenantCluster,
+}
+
 /// Everything the compiler reads.
 #[derive(Clone, Copy, Debug)]
 pub struct IsolationInput<'a> {
+    /// Whose Pods the NetworkPolicy selects and admits.
+    pub pods: PodScope,
     /// The TenantCluster's name.
     pub tenant: &'a str,
     /// The namespace the tenant's workloads are synced into.
@@ -147,6 +161,7 @@ pub fn compile_for(
 ) -> Result<IsolationObjects, IsolationError> {
     let meta = &tenant_cluster.metadata;
     compile(&IsolationInput {
+        pods: PodScope::TenantCluster,
         tenant: meta
             .name
             .as_deref()
@@ -251,8 +266,12 @@ fn network_policy(input: &IsolationInput<'_>) -> NetworkPolicy {
     // only: tenant-supplied `tenantplane.io/*` labels are stripped by the sync
     // transform, and the namespace label needs a Namespace, which tenants cannot
     // sync (cluster-scoped), so tenants cannot forge the exemption.
+    let own_pods = match input.pods {
+        PodScope::Namespace => LabelSelector::default(),
+        PodScope::TenantCluster => match_labels(&[(LABEL_TENANT, input.tenant)]),
+    };
     let same_namespace = NetworkPolicyPeer {
-        pod_selector: Some(LabelSelector::default()),
+        pod_selector: Some(own_pods.clone()),
         ..NetworkPolicyPeer::default()
     };
     let own_control_plane = NetworkPolicyPeer {
@@ -302,7 +321,7 @@ fn network_policy(input: &IsolationInput<'_>) -> NetworkPolicy {
     NetworkPolicy {
         metadata: object_meta(&network_policy_name(input.tenant), input),
         spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector::default()),
+            pod_selector: Some(own_pods),
             policy_types: Some(vec!["Ingress".to_owned(), "Egress".to_owned()]),
             ingress: Some(ingress),
             egress: Some(egress),
@@ -382,6 +401,7 @@ mod tests {
         egress: EgressPolicy,
     ) -> IsolationObjects {
         compile(&IsolationInput {
+            pods: PodScope::Namespace,
             tenant: "dev",
             host_namespace: "team-dev",
             profile: &IsolationProfileSpec::for_level(level),
@@ -471,6 +491,7 @@ mod tests {
             rules: None,
         };
         let objects = compile(&IsolationInput {
+            pods: PodScope::Namespace,
             tenant: "dev",
             host_namespace: "team-dev",
             profile: &profile,
@@ -481,6 +502,26 @@ mod tests {
         assert_eq!(objects.network_policy, None);
         let labels = objects.namespace.metadata.labels.unwrap();
         assert_eq!(labels["pod-security.kubernetes.io/enforce"], "privileged");
+    }
+
+    #[test]
+    fn a_tenant_cluster_policy_selects_and_admits_only_its_own_pods() {
+        let profile = IsolationProfileSpec::for_level(IsolationLevel::Restricted);
+        let objects = compile(&IsolationInput {
+            pods: PodScope::TenantCluster,
+            tenant: "dev",
+            host_namespace: "team-dev",
+            profile: &profile,
+            resources: None,
+            egress: EgressPolicy::DenyAll,
+        })
+        .unwrap();
+        let spec = spec(&objects);
+        let own = serde_json::json!({"matchLabels": {"tenantplane.io/tenant": "dev"}});
+        assert_eq!(spec["podSelector"], own);
+        let peers = serde_json::json!([{"podSelector": own}, control_plane_peer()]);
+        assert_eq!(spec["ingress"], serde_json::json!([{"from": peers}]));
+        assert_eq!(spec["egress"], serde_json::json!([{"to": peers}]));
     }
 
     #[test]
@@ -694,6 +735,7 @@ mod tests {
     fn bad_input_is_an_error() {
         let profile = IsolationProfileSpec::for_level(IsolationLevel::Restricted);
         let input = |tenant, host_namespace, resources| IsolationInput {
+            pods: PodScope::TenantCluster,
             tenant,
             host_namespace,
             profile: &profile,
@@ -735,13 +777,15 @@ mod tests {
         );
         tc.metadata.namespace = Some("team-dev".to_owned());
         let objects = compile_for(&tc, &profile).unwrap();
-        assert_eq!(
-            objects,
-            compile_level(
-                IsolationLevel::Restricted,
-                Some(&limits(Some("2"), None)),
-                EgressPolicy::DenyAll
-            )
-        );
+        let expected = compile(&IsolationInput {
+            pods: PodScope::TenantCluster,
+            tenant: "dev",
+            host_namespace: "team-dev",
+            profile: &profile,
+            resources: Some(&limits(Some("2"), None)),
+            egress: EgressPolicy::DenyAll,
+        })
+        .unwrap();
+        assert_eq!(objects, expected);
     }
 }

@@ -20,6 +20,7 @@ pub mod provisioner;
 pub mod quantity;
 pub mod revocation;
 pub mod selector;
+pub mod selectors;
 pub mod tenancy;
 pub mod tenant_admission;
 pub mod tenant_plan;

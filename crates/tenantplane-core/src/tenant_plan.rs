@@ -27,7 +27,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tenantplane_api::{IsolationProfileSpec, OwnerKind, Tenant, TenantOwner};
 
-use crate::isolation::{IsolationError, IsolationInput, compile};
+use crate::isolation::{IsolationError, IsolationInput, PodScope, compile};
 use crate::metadata::{
     COMPONENT_TENANT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY_VALUE,
     is_reserved_key,
@@ -196,6 +196,8 @@ pub fn plan_member(
     );
     if let Some(profile) = profile {
         let compiled = compile(&IsolationInput {
+            // A namespace tenant owns its namespaces whole.
+            pods: PodScope::Namespace,
             tenant: name,
             host_namespace: namespace,
             profile,

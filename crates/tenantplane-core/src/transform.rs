@@ -12,6 +12,7 @@ use crate::metadata::{
 use crate::names::{NameError, validate_namespace_name, validate_tenant_name};
 use crate::naming::{HostName, SourceName, host_name};
 use crate::provenance::SourceIdentity;
+use crate::selectors::{SelectorRewriteError, SelectorScope, TenantNamespaces, rewrite_selectors};
 
 /// Namespaces of the tenant cluster that are never synced.
 pub const SYSTEM_NAMESPACES: &[&str] = &["kube-system", "kube-public", "kube-node-lease"];
@@ -139,6 +140,8 @@ pub enum TransformError {
         expected: GroupKind,
         actual: GroupKind,
     },
+    #[error(transparent)]
+    Selector(#[from] SelectorRewriteError),
 }
 
 /// Where a tenant object of `group_kind` named `virtual_namespace/name` lands. Used
@@ -222,7 +225,25 @@ pub fn to_host(
     scope: Scope,
     tenant_object: &Value,
 ) -> Result<(Placement, Value), TransformError> {
-    to_host_with(target, group_kind, scope, tenant_object, false)
+    to_host_in(
+        target,
+        group_kind,
+        scope,
+        tenant_object,
+        &TenantNamespaces::new(),
+    )
+}
+
+/// [`to_host`] knowing the tenant's namespaces: a NetworkPolicy peer's labelled
+/// `namespaceSelector` is evaluated against them (without, it matches nothing).
+pub fn to_host_in(
+    target: &TenantTarget,
+    group_kind: &GroupKind,
+    scope: Scope,
+    tenant_object: &Value,
+    namespaces: &TenantNamespaces,
+) -> Result<(Placement, Value), TransformError> {
+    to_host_with(target, group_kind, scope, tenant_object, false, namespaces)
 }
 
 /// [`to_host`] for an object a synced Pod depends on: the tenant's own
@@ -232,7 +253,15 @@ pub fn dependency_to_host(
     group_kind: &GroupKind,
     tenant_object: &Value,
 ) -> Result<(Placement, Value), TransformError> {
-    to_host_with(target, group_kind, Scope::Namespaced, tenant_object, true)
+    let none = TenantNamespaces::new();
+    to_host_with(
+        target,
+        group_kind,
+        Scope::Namespaced,
+        tenant_object,
+        true,
+        &none,
+    )
 }
 
 fn to_host_with(
@@ -241,6 +270,7 @@ fn to_host_with(
     scope: Scope,
     tenant_object: &Value,
     allow_infrastructure: bool,
+    namespaces: &TenantNamespaces,
 ) -> Result<(Placement, Value), TransformError> {
     let object = tenant_object
         .as_object()
@@ -304,7 +334,13 @@ fn to_host_with(
     host.insert("metadata".into(), Value::Object(host_meta));
     strip_reserved_from_templates(&mut host);
     strip_kind_specific(group_kind, &mut host);
-    Ok((placement, Value::Object(host)))
+    let mut host = Value::Object(host);
+    let selector_scope = SelectorScope {
+        tenant: &target.tenant,
+        virtual_namespace: &placement.virtual_namespace,
+    };
+    rewrite_selectors(group_kind, &mut host, &selector_scope, namespaces)?;
+    Ok((placement, host))
 }
 
 fn str_field<'a>(
@@ -531,7 +567,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             host["spec"]["template"]["metadata"]["labels"],
-            json!({"app": "web"})
+            json!({"app": "web", "tenantplane.io/tenant": "dev", "tenantplane.io/virtual-namespace": "default"})
         );
         assert_eq!(
             host["spec"]["template"]["metadata"]["annotations"],
@@ -554,7 +590,7 @@ mod tests {
         );
         assert_eq!(
             host["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"],
-            json!({"app": "web"})
+            json!({"app": "web", "tenantplane.io/tenant": "dev", "tenantplane.io/virtual-namespace": "default"})
         );
     }
 
@@ -574,7 +610,7 @@ mod tests {
         assert!(host["spec"].get("selector").is_none());
         assert_eq!(
             host["spec"]["template"]["metadata"]["labels"],
-            json!({"app": "x"})
+            json!({"app": "x", "tenantplane.io/tenant": "dev", "tenantplane.io/virtual-namespace": "default"})
         );
         let mut manual = job.clone();
         manual["spec"]["manualSelector"] = json!(true);

@@ -27,7 +27,7 @@ use tenantplane_core::plan::{
     ApplyPlan, GcPlan, WriteMemo, plan_apply, plan_gc, stamp_desired_hash,
 };
 use tenantplane_core::provenance::{SourceIdentity, reverse_lookup};
-use tenantplane_core::transform::{TenantTarget, TransformError, is_system_namespace, to_host};
+use tenantplane_core::transform::{TenantTarget, TransformError, is_system_namespace, to_host_in};
 use tokio_util::sync::CancellationToken;
 
 use crate::decisions::{DecisionSender, MANAGER};
@@ -37,6 +37,7 @@ use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
 mod dependency_finalizer;
+mod namespaces;
 mod outage;
 mod pod;
 mod storage;
@@ -159,6 +160,8 @@ pub struct KindSyncer {
     pub progress: Arc<KindProgress>,
     /// Set for core Pods: the Pod path (dependencies, finalizers, status back).
     pods: Option<pod::PodPath>,
+    /// Set for kinds whose host copy depends on the tenant's namespaces.
+    namespaces: Option<Store<DynamicObject>>,
 }
 
 impl KindSyncer {
@@ -181,6 +184,9 @@ impl KindSyncer {
         let tenant_store = tenant_writer.as_reader();
         let host_writer = reflector::store::Writer::new(host_resource.clone());
         let host_store = host_writer.as_reader();
+        let namespace_cache =
+            namespaces::needs_namespaces(&group_kind).then(namespaces::namespace_cache);
+        let mut tasks = tokio::task::JoinSet::new();
         let syncer = Arc::new(KindSyncer {
             ctx: Arc::clone(&ctx),
             api_version,
@@ -199,9 +205,14 @@ impl KindSyncer {
             progress,
             pods: (group_kind_is_pod)
                 .then(|| pod::PodPath::new(ctx.pods.clone(), ctx.tenant.clone())),
+            namespaces: namespace_cache.as_ref().map(|(_, store)| store.clone()),
         });
+        if let Some((writer, _)) = namespace_cache {
+            let s = Arc::clone(&syncer);
+            let tenant = ctx.tenant.clone();
+            tasks.spawn(async move { s.watch_namespaces(tenant, writer).await });
+        }
 
-        let mut tasks = tokio::task::JoinSet::new();
         {
             let s = Arc::clone(&syncer);
             let stream = reflector::reflector(
@@ -228,8 +239,13 @@ impl KindSyncer {
         {
             let s = Arc::clone(&syncer);
             tasks.spawn(async move {
+                let namespaces_ready = match &s.namespaces {
+                    Some(store) => store.wait_until_ready().await.is_ok(),
+                    None => true,
+                };
                 if s.tenant_store.wait_until_ready().await.is_ok()
                     && s.host_store.wait_until_ready().await.is_ok()
+                    && namespaces_ready
                 {
                     s.ready.cancel();
                 }
@@ -550,11 +566,17 @@ impl KindSyncer {
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let (placement, mut desired) = match to_host(
+        let namespaces = self
+            .namespaces
+            .as_ref()
+            .map(namespaces::tenant_namespaces)
+            .unwrap_or_default();
+        let (placement, mut desired) = match to_host_in(
             &self.ctx.target,
             &self.group_kind,
             Scope::Namespaced,
             tenant_value,
+            &namespaces,
         ) {
             Ok(ok) => ok,
             Err(

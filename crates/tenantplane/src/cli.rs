@@ -2,7 +2,8 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use tenantplane_core::explain::{ExplainRequest, explain};
+use tenantplane_core::explain::{ExplainRequest, explain, explain_object};
+use tenantplane_core::selectors::TenantNamespaces;
 
 use crate::controller::{self, ControllerArgs};
 use crate::output::{self, Format};
@@ -54,8 +55,13 @@ pub struct ExplainSyncArgs {
     #[arg(long)]
     pub tenant_namespace: String,
     /// The tenant object's name.
-    #[arg(long)]
-    pub name: String,
+    #[arg(long, required_unless_present = "file")]
+    pub name: Option<String>,
+    /// A whole tenant object (YAML or JSON): also prints the host copy's rewritten
+    /// label selectors, or why the engine would skip it. Its own kind, name and
+    /// namespace are used.
+    #[arg(short = 'f', long = "filename", conflicts_with = "name")]
+    pub file: Option<std::path::PathBuf>,
     /// The tenant object's namespace inside the tenant cluster.
     #[arg(long, default_value = "default")]
     pub virtual_namespace: String,
@@ -71,15 +77,30 @@ pub struct ExplainSyncArgs {
 pub fn run(cli: Cli) -> anyhow::Result<String> {
     match cli.command {
         Command::ExplainSync(args) => {
-            let request = ExplainRequest {
-                tenant: args.tenant,
-                tenant_namespace: args.tenant_namespace,
-                virtual_namespace: args.virtual_namespace,
-                name: args.name,
-                api_version: args.api_version,
-                kind: args.kind,
+            let explanation = match (&args.file, args.name) {
+                (Some(path), _) => {
+                    let text = std::fs::read_to_string(path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    let object: serde_json::Value = serde_saphyr::from_str(&text)
+                        .with_context(|| format!("parsing {}", path.display()))?;
+                    // Offline there are no tenant namespaces to evaluate a labelled
+                    // NetworkPolicy namespaceSelector against: it matches nothing.
+                    explain_object(
+                        &args.tenant,
+                        &args.tenant_namespace,
+                        &object,
+                        &TenantNamespaces::new(),
+                    )?
+                }
+                (None, name) => explain(&ExplainRequest {
+                    tenant: args.tenant,
+                    tenant_namespace: args.tenant_namespace,
+                    virtual_namespace: args.virtual_namespace,
+                    name: name.context("--name or -f is required")?,
+                    api_version: args.api_version,
+                    kind: args.kind,
+                })?,
             };
-            let explanation = explain(&request)?;
             output::render(&explanation, args.output)
         }
         Command::Render { target } => render::run(target),

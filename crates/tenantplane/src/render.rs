@@ -295,6 +295,7 @@ fn render_isolation(args: IsolationArgs) -> anyhow::Result<String> {
     });
     let tenant = args.tenant.as_deref().unwrap_or(&args.namespace);
     let objects = isolation::compile(&IsolationInput {
+        pods: isolation::PodScope::TenantCluster,
         tenant,
         host_namespace: &args.namespace,
         profile: &spec,

@@ -1,6 +1,7 @@
 //! `tenantplane why -n NAMESPACE KIND/NAME`: who caused a host object and why it
 //! exists, from its reverse-mapping metadata and the decisions recorded about it.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -9,7 +10,9 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 use tenantplane_api::{DecisionRecord, SyncDecision};
+use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::provenance::reverse_lookup;
+use tenantplane_core::selectors::host_selectors;
 
 use crate::kube_client;
 use crate::output::{self, Format};
@@ -42,6 +45,9 @@ struct Answer {
     /// Why tenantplane does not claim the object, when it does not.
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    /// The live host object's label selectors by field (see `explain-sync -f`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    selectors: BTreeMap<String, serde_json::Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     decisions: Vec<DecisionRecord>,
 }
@@ -167,6 +173,9 @@ async fn answer(
         namespace: namespace.to_owned(),
         name: name.to_owned(),
     };
+    let selectors = GroupKind::from_api_version(&resource.api_version, &resource.kind)
+        .map(|gk| host_selectors(&gk, &object.data))
+        .unwrap_or_default();
     let labels = object.metadata.labels.clone().unwrap_or_default();
     let annotations = object.metadata.annotations.clone().unwrap_or_default();
     let identity = match reverse_lookup(&object.name_any(), &labels, &annotations) {
@@ -177,6 +186,7 @@ async fn answer(
                 managed_by_tenantplane: false,
                 tenant_object: None,
                 reason: Some(format!("not managed by tenantplane: {why}")),
+                selectors,
                 decisions: Vec::new(),
             });
         }
@@ -206,6 +216,7 @@ async fn answer(
             uid: identity.uid,
         }),
         reason: None,
+        selectors,
         decisions: about,
     })
 }

@@ -43,6 +43,59 @@ fn explain_sync_predicts_the_seed_example() {
 }
 
 #[test]
+fn explain_sync_from_a_file_prints_the_rewritten_selectors_or_the_refusal() {
+    let dir = std::env::temp_dir().join(format!("tenantplane-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: open\n  namespace: shop\n\
+         spec:\n  podSelector: {}\n  ingress:\n  - from:\n    - namespaceSelector: {}\n",
+    )
+    .unwrap();
+    let args = [
+        "explain-sync",
+        "--tenant",
+        "dev",
+        "--tenant-namespace",
+        "team-dev",
+        "-o",
+        "json",
+        "-f",
+    ];
+    let out = tenantplane(&[&args[..], &[policy.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{out:?}");
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["action"], "Sync");
+    assert_eq!(e["hostResource"]["name"], "open-x-shop-x-dev");
+    assert_eq!(
+        e["selectors"]["spec.podSelector"],
+        serde_json::json!({"matchLabels": {"tenantplane.io/tenant": "dev", "tenantplane.io/virtual-namespace": "shop"}})
+    );
+    assert_eq!(
+        e["selectors"]["spec.ingress[0].from[0].podSelector"],
+        serde_json::json!({"matchLabels": {"tenantplane.io/tenant": "dev"}})
+    );
+
+    let forged = dir.join("svc.json");
+    std::fs::write(
+        &forged,
+        r#"{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"selector": {"tenantplane.io/tenant": "prod"}}}"#,
+    )
+    .unwrap();
+    let out = tenantplane(&[&args[..], &[forged.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{out:?}");
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["action"], "Skip");
+    assert!(
+        e["reason"].as_str().unwrap().contains("spec.selector"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn explain_sync_json_is_machine_readable() {
     let out = tenantplane(&[
         "explain-sync",
@@ -330,6 +383,7 @@ fn render_isolation_prints_what_the_compiler_produces() {
     let objects = render_isolation("restricted", "team-dev", &caps);
     let expected =
         tenantplane_core::isolation::compile(&tenantplane_core::isolation::IsolationInput {
+            pods: tenantplane_core::isolation::PodScope::TenantCluster,
             tenant: "dev",
             host_namespace: "team-dev",
             profile: &tenantplane_api::IsolationProfileSpec::for_level(

@@ -134,6 +134,46 @@ async fn why_names_the_tenant_object_and_its_decisions() {
     );
     assert_eq!(decisions[0]["reason"], "created because the tenant made it");
 
+    // A host Service shows the selector it actually has on the host.
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}});
+    let (placement, host_service) = to_host(
+        &target,
+        &GroupKind::new("", "Service"),
+        Scope::Namespaced,
+        &service,
+    )
+    .unwrap();
+    let services: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "team-dev",
+        &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
+    );
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(host_service).unwrap(),
+        )
+        .await
+        .unwrap();
+    let out = tenantplane(&[
+        "why",
+        "--kubeconfig",
+        kubeconfig,
+        "-n",
+        "team-dev",
+        &format!("svc/{}", placement.host_name.name),
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        answer["selectors"]["spec.selector"],
+        json!({"app": "web", "tenantplane.io/tenant": "dev", "tenantplane.io/virtual-namespace": "shop"})
+    );
+
     // A foreign object gets a plain answer, not an error (asked by short name).
     create_configmap(&client, "team-dev", "theirs").await;
     let out = tenantplane(&[
