@@ -1,0 +1,159 @@
+//! The real node itself: a Pod placed by the scheduler really runs, and dropping the
+//! node leaves the machine as it found it. Needs root; skipped with a message
+//! otherwise (the machine-wide state it changes is why).
+
+// Tests assert by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{LogParams, PostParams};
+use serde_json::json;
+use tenantplane_testenv::node::{NODE_DIR, NODE_IP};
+use tenantplane_testenv::{RealNode, TestEnv};
+
+/// What a node changes on the machine, in a form two snapshots compare by.
+#[derive(Debug, PartialEq, Eq)]
+struct MachineState {
+    iptables: BTreeSet<String>,
+    sysctls: Vec<String>,
+    links: BTreeSet<String>,
+    netns: BTreeSet<String>,
+    kubepods_cgroups: Vec<String>,
+}
+
+fn machine_state() -> MachineState {
+    let save = std::process::Command::new("iptables-save")
+        .output()
+        .unwrap();
+    let iptables = String::from_utf8_lossy(&save.stdout)
+        .lines()
+        // Comments carry a timestamp; counters change with any traffic.
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| match l.split_once(" [") {
+            Some((chain, _)) if l.starts_with(':') => chain.to_owned(),
+            _ => l.to_owned(),
+        })
+        .collect();
+    let sysctls = [
+        "vm/overcommit_memory",
+        "kernel/panic",
+        "kernel/panic_on_oops",
+        "net/ipv4/ip_forward",
+        "net/ipv4/conf/all/route_localnet",
+    ]
+    .iter()
+    .map(|k| {
+        format!(
+            "{k}={}",
+            std::fs::read_to_string(Path::new("/proc/sys").join(k))
+                .unwrap()
+                .trim()
+        )
+    })
+    .collect();
+    let names = |dir: &str| -> BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let kubepods_cgroups = names("/sys/fs/cgroup")
+        .into_iter()
+        .map(|h| format!("/sys/fs/cgroup/{h}/kubepods"))
+        .filter(|p| Path::new(p).exists())
+        .collect();
+    MachineState {
+        iptables,
+        sysctls,
+        links: names("/sys/class/net"),
+        netns: names("/run/netns"),
+        kubepods_cgroups,
+    }
+}
+
+/// Processes whose command line mentions the node's directory (ours, the shims,
+/// containerd, the kubelet).
+fn node_processes() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline
+                .contains(NODE_DIR)
+                .then(|| format!("{pid}: {cmdline}"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_scheduled_pod_runs_and_the_node_leaves_nothing_behind() {
+    if let Some(reason) = RealNode::unavailable() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let env = TestEnv::start().await.expect("etcd");
+    let server = env.start_apiserver("host").await.expect("apiserver");
+    let before = machine_state();
+
+    let node = RealNode::start(&server).await.expect("real node");
+    assert!(Path::new("/sys/class/net/rn0").exists());
+    let pods: Api<Pod> = Api::namespaced(server.client().await.unwrap(), "default");
+    // No nodeName: kube-scheduler places it, which needs the not-ready taint gone.
+    let pod = serde_json::from_value(json!({
+        "metadata": {"name": "hello"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "c", "image": "local/busybox:1", "imagePullPolicy": "Never",
+            "command": ["sh", "-c", "echo hello-from-a-real-pod; id -u; exec sleep 3600"]}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let start = Instant::now();
+    let running = loop {
+        let p = pods.get("hello").await.unwrap();
+        let status = p.status.clone().unwrap_or_default();
+        if status.phase.as_deref() == Some("Running") {
+            break p;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "pod not Running: {status:?}\nkubelet:\n{}",
+            node.log_tail("kubelet", 30)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let spec = running.spec.unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some(NODE_IP));
+    let status = running.status.unwrap();
+    assert!(
+        status.pod_ip.as_deref().unwrap().starts_with("10.244.0."),
+        "{status:?}"
+    );
+    // The container's own output, through API server -> kubelet -> containerd.
+    let start = Instant::now();
+    loop {
+        let logs = pods
+            .logs("hello", &LogParams::default())
+            .await
+            .unwrap_or_default();
+        if logs == "hello-from-a-real-pod\n0\n" {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "logs: {logs:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // Dropped with the Pod still running: teardown must not depend on the API server.
+    drop(node);
+    assert_eq!(node_processes(), Vec::<String>::new());
+    assert!(!Path::new(NODE_DIR).exists());
+    assert_eq!(machine_state(), before);
+}
