@@ -157,3 +157,50 @@ async fn a_scheduled_pod_runs_and_the_node_leaves_nothing_behind() {
     assert!(!Path::new(NODE_DIR).exists());
     assert_eq!(machine_state(), before);
 }
+
+/// A node whose kubelet dies at start: the error names it with its log, and what was
+/// done up to then (bridge, sysctls, iptables snapshot, containerd with the images
+/// imported) is undone. Runs without the Kubernetes node binaries: the kubelet is a
+/// script, the rest need not start.
+#[tokio::test]
+async fn a_failed_start_leaves_the_machine_as_it_was() {
+    if let Some(reason) = RealNode::unavailable() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let env = TestEnv::start().await.expect("etcd");
+    let server = env.start_apiserver("host").await.expect("apiserver");
+    let assets = tempfile::tempdir().unwrap();
+    let script = |name: &str, body: &str| {
+        let path = assets.path().join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    };
+    // The kubelet checks containerd holds both local images, then fails.
+    script(
+        "kubelet",
+        "for a in \"$@\"; do case $a in --container-runtime-endpoint=unix://*) s=${a#*unix://};; esac; done\n\
+         ctr -a \"$s\" -n k8s.io images ls -q | grep -c '^docker.io/local/' >&2\n\
+         echo kubelet-gives-up >&2; exit 1",
+    );
+    for name in ["kube-proxy", "kube-scheduler", "kube-controller-manager"] {
+        script(name, "exec sleep 600");
+    }
+    // Any static binary makes a pause image that imports.
+    std::fs::copy("/bin/busybox", assets.path().join("pause")).unwrap();
+    let before = machine_state();
+
+    let Err(err) = RealNode::start_with_assets(&server, assets.path()).await else {
+        panic!("a node whose kubelet exits must not start");
+    };
+    let message = err.to_string();
+    assert!(message.contains("kubelet exited"), "{message}");
+    assert!(
+        message.contains("2\nkubelet-gives-up"),
+        "both images imported: {message}"
+    );
+    assert_eq!(node_processes(), Vec::<String>::new());
+    assert!(!Path::new(NODE_DIR).exists());
+    assert_eq!(machine_state(), before);
+}

@@ -27,7 +27,27 @@ const SYSCTLS: [&str; 9] = [
     "net/bridge/bridge-nf-call-iptables",
 ];
 
-const IPTABLES_FILE: &str = "iptables.before";
+/// An iptables family: its save and restore tools and its nftables family.
+struct Family {
+    save: &'static str,
+    restore: &'static str,
+    nft: &'static str,
+}
+
+const FAMILIES: [Family; 2] = [
+    Family {
+        save: "iptables-save",
+        restore: "iptables-restore",
+        nft: "ip",
+    },
+    Family {
+        save: "ip6tables-save",
+        restore: "ip6tables-restore",
+        nft: "ip6",
+    },
+];
+/// The tables the kubelet, kube-proxy and the CNI plugins write.
+const TABLES: [&str; 3] = ["filter", "nat", "mangle"];
 const SYSCTL_FILE: &str = "sysctl.before";
 const NETNS_FILE: &str = "netns.before";
 
@@ -65,14 +85,19 @@ fn netns_names() -> BTreeSet<String> {
 
 /// Saves what [`restore`] puts back into `dir`.
 pub(super) fn snapshot(dir: &Path) -> Result<()> {
-    let mut rules = run("iptables-save", &[])?;
-    // A table absent now is created by kube-proxy: restoring an empty one clears it.
-    for table in ["filter", "nat", "mangle"] {
-        if !rules.lines().any(|l| l == format!("*{table}")) {
-            rules.push_str(&format!("*{table}\nCOMMIT\n"));
+    for family in FAMILIES {
+        let mut rules = run(family.save, &[])?;
+        // A table absent now is created by the node: restore clears it, then deletes it.
+        let mut absent = String::new();
+        for table in TABLES {
+            if !rules.lines().any(|l| l == format!("*{table}")) {
+                rules.push_str(&format!("*{table}\nCOMMIT\n"));
+                absent.push_str(&format!("{table}\n"));
+            }
         }
+        write(&dir.join(format!("{}.before", family.save)), &rules)?;
+        write(&dir.join(format!("{}.absent", family.save)), &absent)?;
     }
-    write(&dir.join(IPTABLES_FILE), &rules)?;
     let sysctls: String = SYSCTLS
         .iter()
         .filter_map(|key| {
@@ -287,32 +312,39 @@ fn unmount_under(dir: &Path) -> Result<()> {
 }
 
 fn restore_iptables(dir: &Path) -> Result<()> {
-    let path = dir.join(IPTABLES_FILE);
-    let Ok(rules) = std::fs::read(&path) else {
-        return Ok(());
-    };
-    let mut child = Command::new("iptables-restore")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(io_err("run iptables-restore"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(&rules)
-            .map_err(io_err("write to iptables-restore"))?;
+    for family in FAMILIES {
+        let Ok(rules) = std::fs::read(dir.join(format!("{}.before", family.save))) else {
+            continue;
+        };
+        let mut child = Command::new(family.restore)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(io_err(format!("run {}", family.restore)))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(&rules)
+                .map_err(io_err(format!("write to {}", family.restore)))?;
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(io_err(format!("wait for {}", family.restore)))?;
+        if !out.status.success() {
+            return Err(Error::Node(format!(
+                "{} failed: {}",
+                family.restore,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        // Tables that did not exist before go again (iptables-nft keeps empty ones).
+        let absent = std::fs::read_to_string(dir.join(format!("{}.absent", family.save)))
+            .unwrap_or_default();
+        for table in absent.lines().filter(|t| TABLES.contains(t)) {
+            let _ = run("nft", &["delete", "table", family.nft, table]);
+        }
     }
-    let out = child
-        .wait_with_output()
-        .map_err(io_err("wait for iptables-restore"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(Error::Node(format!(
-            "iptables-restore failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
+    Ok(())
 }
 
 fn restore_sysctls(dir: &Path) -> Result<()> {

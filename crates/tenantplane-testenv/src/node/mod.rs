@@ -130,10 +130,15 @@ impl RealNode {
     /// Starts a node registered with `server` and waits until it is Ready and
     /// schedulable. Waits first for any other node on this machine to stop.
     pub async fn start(server: &ApiServer) -> Result<Self> {
+        Self::start_with_assets(server, &node_assets()?).await
+    }
+
+    /// [`RealNode::start`] with the binaries (`kubelet`, `kube-proxy`,
+    /// `kube-scheduler`, `kube-controller-manager`, `pause`) in `assets`.
+    pub async fn start_with_assets(server: &ApiServer, assets: &Path) -> Result<Self> {
         if let Some(reason) = Self::unavailable() {
             return Err(Error::Node(reason));
         }
-        let assets = node_assets()?;
         let lock = tokio::task::spawn_blocking(lock)
             .await
             .map_err(|e| Error::Node(format!("lock task: {e}")))??;
@@ -162,8 +167,8 @@ impl RealNode {
         // From here on, an error drops `node`, which undoes what was done so far.
         node.prepare()?;
         node.start_containerd().await?;
-        node.import_images(&assets).await?;
-        node.start_node_processes(&assets, &server.kubeconfig_path())?;
+        node.import_images(assets).await?;
+        node.start_node_processes(assets, &server.kubeconfig_path())?;
         node.wait_ready(server).await?;
         tracing::info!(
             node = NODE_IP,
