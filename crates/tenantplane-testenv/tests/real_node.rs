@@ -23,6 +23,7 @@ struct MachineState {
     sysctls: Vec<String>,
     links: BTreeSet<String>,
     netns: BTreeSet<String>,
+    netns_dir: bool,
     kubepods_cgroups: Vec<String>,
 }
 
@@ -74,6 +75,7 @@ fn machine_state() -> MachineState {
         sysctls,
         links: names("/sys/class/net"),
         netns: names("/run/netns"),
+        netns_dir: Path::new("/run/netns").exists(),
         kubepods_cgroups,
     }
 }

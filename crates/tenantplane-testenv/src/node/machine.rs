@@ -50,6 +50,9 @@ const FAMILIES: [Family; 2] = [
 const TABLES: [&str; 3] = ["filter", "nat", "mangle"];
 const SYSCTL_FILE: &str = "sysctl.before";
 const NETNS_FILE: &str = "netns.before";
+const NETNS_DIR: &str = "/run/netns";
+/// In [`NETNS_FILE`]: the directory did not exist (containerd creates it).
+const NO_NETNS_DIR: &str = "/run/netns did not exist\n";
 
 /// Runs `program args`, returning its stdout; a failure is an error naming it.
 pub(super) fn run(program: &str, args: &[&str]) -> Result<String> {
@@ -74,7 +77,7 @@ fn write(path: &Path, contents: &str) -> Result<()> {
 }
 
 fn netns_names() -> BTreeSet<String> {
-    std::fs::read_dir("/run/netns")
+    std::fs::read_dir(NETNS_DIR)
         .map(|dir| {
             dir.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -106,7 +109,10 @@ pub(super) fn snapshot(dir: &Path) -> Result<()> {
         })
         .collect();
     write(&dir.join(SYSCTL_FILE), &sysctls)?;
-    let netns: String = netns_names().into_iter().map(|n| n + "\n").collect();
+    let mut netns: String = netns_names().into_iter().map(|n| n + "\n").collect();
+    if !Path::new(NETNS_DIR).exists() {
+        netns.push_str(NO_NETNS_DIR);
+    }
     write(&dir.join(NETNS_FILE), &netns)
 }
 
@@ -288,6 +294,11 @@ fn remove_new_netns(dir: &Path) -> Result<()> {
             let _ = run("umount", &[&path]);
             let _ = std::fs::remove_file(&path);
         }
+    }
+    if before.contains(NO_NETNS_DIR.trim_end()) && netns_names().is_empty() {
+        // It may be a bind mount onto itself (as `ip netns` makes it).
+        let _ = run("umount", &[NETNS_DIR]);
+        let _ = std::fs::remove_dir(NETNS_DIR);
     }
     Ok(())
 }
