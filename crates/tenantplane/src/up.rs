@@ -16,6 +16,7 @@ use tenantplane_api::{
 use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::decisions::TenantDecision;
 use tenantplane_engine::metrics::Metrics;
+use tenantplane_testenv::node::image::Image;
 use tenantplane_testenv::{RealNode, TestEnv};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::broadcast;
@@ -25,6 +26,8 @@ use crate::logging::{self, LogFormat};
 
 const HOST_NAMESPACE: &str = "team-dev";
 const TENANT: &str = "dev";
+/// The image `up --real-node` makes of its own binary.
+const TENANTPLANE_IMAGE: &str = "local/tenantplane:dev";
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
@@ -44,7 +47,8 @@ pub struct UpArgs {
     /// rules, sysctls (ip_forward and the kubelet's vm/kernel ones), bridges rn0 and
     /// rncni0 (10.99.0.1, Pods on 10.244.0.0/24), mounts and kubepods cgroups; all
     /// are restored on exit (Ctrl-C included), or by the next run if this one is
-    /// killed. One node per machine.
+    /// killed. One node per machine. The node also gets image local/tenantplane:dev,
+    /// made of this binary.
     #[arg(long)]
     pub real_node: bool,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -107,11 +111,16 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         .context("starting the tenant API server")?;
     let node = if args.real_node {
         eprintln!("starting a real node (containerd, kubelet, kube-proxy, kube-scheduler)...");
-        Some(
-            RealNode::start(&host_server)
-                .await
-                .context("starting the real node")?,
-        )
+        let node = RealNode::start(&host_server)
+            .await
+            .context("starting the real node")?;
+        // This very binary as an image, for the Pods that run tenantplane itself.
+        let exe = std::env::current_exe().context("finding the tenantplane binary")?;
+        let image = Image::with_shared_libraries(TENANTPLANE_IMAGE, &exe, "tenantplane")
+            .context("making the tenantplane image")?;
+        node.import(&image)
+            .context("importing the tenantplane image")?;
+        Some(node)
     } else {
         None
     };
@@ -227,6 +236,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         );
         println!(
             "  kubectl --kubeconfig {} run web --image=local/busybox:1 --image-pull-policy=Never -- httpd -f -p 8080 -h /www",
+            tenant_kc.display()
+        );
+        println!(
+            "  kubectl --kubeconfig {} run tp --image={TENANTPLANE_IMAGE} --image-pull-policy=Never --restart=Never -- /tenantplane version",
             tenant_kc.display()
         );
     }

@@ -364,6 +364,7 @@ fn up_with_a_real_node_runs_it_and_restores_the_machine_on_exit() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("real node 10.99.0.1"), "{stdout}");
+    assert!(stdout.contains("--image=local/tenantplane:dev"), "{stdout}");
     assert!(
         stdout.contains("Create ConfigMap default/welcome -> team-dev/welcome-x-default-x-dev"),
         "{stdout}"

@@ -138,6 +138,57 @@ impl Image {
         })
     }
 
+    /// A dynamically linked binary at `/<name>` as the entrypoint, with the shared
+    /// libraries and loader `ldd` names, at the paths it names (the `tenantplane`
+    /// image from the project's own binary, which links glibc).
+    pub fn with_shared_libraries(tag: &str, binary: &Path, name: &str) -> Result<Self> {
+        let mut image = Self::static_binary(tag, binary, name)?;
+        let ldd = Command::new("ldd")
+            .arg(binary)
+            .output()
+            .map_err(io_err(format!("run ldd {}", binary.display())))?;
+        let listing = String::from_utf8_lossy(&ldd.stdout);
+        let libraries = shared_libraries(&listing);
+        if !ldd.status.success() && libraries.is_empty() {
+            // "not a dynamic executable": the binary alone is the image.
+            return Ok(image);
+        }
+        let mut dirs: Vec<String> = image
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Dir { path, .. } => Some(path.clone()),
+                _ => None,
+            })
+            .collect();
+        for library in libraries {
+            let relative = library.trim_start_matches('/');
+            // Parents first, outermost first.
+            let mut parents: Vec<String> = Path::new(relative)
+                .ancestors()
+                .skip(1)
+                .filter(|d| !d.as_os_str().is_empty())
+                .map(|d| d.display().to_string())
+                .collect();
+            parents.reverse();
+            for dir in parents {
+                if !dirs.contains(&dir) {
+                    image.entries.push(Entry::Dir {
+                        path: dir.clone(),
+                        mode: 0o755,
+                    });
+                    dirs.push(dir);
+                }
+            }
+            image.entries.push(Entry::File {
+                path: relative.to_owned(),
+                mode: 0o755,
+                data: read(Path::new(library))?,
+            });
+        }
+        Ok(image)
+    }
+
     /// The image as a docker-archive tarball.
     pub fn docker_archive(&self) -> Result<Vec<u8>> {
         let mut layer = TarWriter::default();
@@ -175,6 +226,24 @@ impl Image {
         }
         Ok(archive.finish())
     }
+}
+
+/// The absolute paths of the libraries and loader in `ldd` output
+/// (`libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)`, `/lib64/ld-linux-x86-64.so.2 (0x...)`);
+/// the vDSO has no file and is left out.
+fn shared_libraries(ldd: &str) -> Vec<&str> {
+    ldd.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let path = match line.split_once("=>") {
+                Some((_, target)) => target.trim(),
+                None => line,
+            };
+            path.split_whitespace()
+                .next()
+                .filter(|p| p.starts_with('/'))
+        })
+        .collect()
 }
 
 fn sha256_hex(data: &[u8]) -> String {
@@ -331,6 +400,51 @@ mod tests {
             format!("sha256:{}", sha256_hex(layer))
         );
         assert_eq!(config["config"]["Entrypoint"], json!(["/bin/x"]));
+    }
+
+    #[test]
+    fn ldd_output_names_libraries_and_loader_but_not_the_vdso() {
+        let ldd = "\tlinux-vdso.so.1 (0x00007fdebc500000)\n\
+                   \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007fdebc4cf000)\n\
+                   \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007fdeb941e000)\n\
+                   \t/lib64/ld-linux-x86-64.so.2 (0x00007fdebc502000)\n";
+        assert_eq!(
+            shared_libraries(ldd),
+            [
+                "/lib/x86_64-linux-gnu/libgcc_s.so.1",
+                "/lib/x86_64-linux-gnu/libc.so.6",
+                "/lib64/ld-linux-x86-64.so.2"
+            ]
+        );
+        assert!(shared_libraries("\tnot a dynamic executable\n").is_empty());
+    }
+
+    #[test]
+    fn a_dynamic_binary_brings_its_libraries_and_their_directories() {
+        let image = Image::with_shared_libraries("local/ls:1", Path::new("/bin/ls"), "ls").unwrap();
+        let paths: Vec<&str> = image
+            .entries
+            .iter()
+            .map(|e| match e {
+                Entry::Dir { path, .. }
+                | Entry::File { path, .. }
+                | Entry::Symlink { path, .. } => path.as_str(),
+            })
+            .collect();
+        let libc = paths
+            .iter()
+            .position(|p| p.starts_with("lib") && p.ends_with("/libc.so.6"))
+            .expect("libc in the image");
+        let dir = paths
+            .iter()
+            .position(|p| *p == Path::new(paths[libc]).parent().unwrap().to_str().unwrap())
+            .expect("libc's directory in the image");
+        assert!(dir < libc, "a directory comes before its files: {paths:?}");
+        assert!(
+            paths.iter().any(|p| p.starts_with("lib64/ld-linux")),
+            "{paths:?}"
+        );
+        assert_eq!(image.entrypoint, Some(vec!["/ls".to_owned()]));
     }
 
     #[test]

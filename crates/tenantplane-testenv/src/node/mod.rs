@@ -167,7 +167,7 @@ impl RealNode {
         // From here on, an error drops `node`, which undoes what was done so far.
         node.prepare()?;
         node.start_containerd().await?;
-        node.import_images(assets).await?;
+        node.import_images(assets)?;
         node.start_node_processes(assets, &server.kubeconfig_path())?;
         node.wait_ready(server).await?;
         tracing::info!(
@@ -269,18 +269,24 @@ impl RealNode {
         Ok(())
     }
 
-    async fn import_images(&mut self, assets: &Path) -> Result<()> {
+    fn import_images(&mut self, assets: &Path) -> Result<()> {
         let images = [
             Image::busybox(Path::new(BUSYBOX))?,
             Image::static_binary("local/pause:1", &assets.join("pause"), "pause")?,
         ];
         for image in images {
-            let file_name = format!("{}.tar", image.tag.replace(['/', ':'], "_"));
-            let path = self.dir.join("images").join(file_name);
-            std::fs::write(&path, image.docker_archive()?)
-                .map_err(io_err(format!("write {}", path.display())))?;
-            self.ctr(&["images", "import", &path.display().to_string()])?;
+            self.import(&image)?;
         }
+        Ok(())
+    }
+
+    /// Makes `image` available to the node's Pods (`imagePullPolicy: Never`).
+    pub fn import(&self, image: &Image) -> Result<()> {
+        let file_name = format!("{}.tar", image.tag.replace(['/', ':'], "_"));
+        let path = self.dir.join("images").join(file_name);
+        std::fs::write(&path, image.docker_archive()?)
+            .map_err(io_err(format!("write {}", path.display())))?;
+        self.ctr(&["images", "import", &path.display().to_string()])?;
         Ok(())
     }
 
