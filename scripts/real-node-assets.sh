@@ -3,7 +3,8 @@
 # --real-node`) needs besides the API server, as ../shared/docs/real-node.md describes:
 #
 # - Debian packages: containerd, runc, containernetworking-plugins, iptables,
-#   busybox-static (the workload image), gcc + libc6-dev (the static pause binary);
+#   nftables (to drop tables the node created), busybox-static (the workload image),
+#   gcc + libc6-dev (the static pause binary);
 # - kubelet, kube-proxy and kube-scheduler built from the same Kubernetes 1.20.2
 #   source tree and Go 1.15 as scripts/test-apiserver.sh (CGO off), and `pause` built
 #   static from that tree, cached beside the API server in
@@ -27,7 +28,7 @@ NODE_BINARIES=(kubelet kube-proxy kube-scheduler)
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 need=()
-for pkg in containerd runc containernetworking-plugins iptables busybox-static gcc libc6-dev; do
+for pkg in containerd runc containernetworking-plugins iptables nftables busybox-static gcc libc6-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
