@@ -16,6 +16,10 @@ use serde_json::json;
 use tenantplane_testenv::node::{NODE_DIR, NODE_IP};
 use tenantplane_testenv::{RealNode, TestEnv};
 
+/// The tests compare the machine before and after their node: one at a time, or
+/// one's "before" would see another's node.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// What a node changes on the machine, in a form two snapshots compare by.
 #[derive(Debug, PartialEq, Eq)]
 struct MachineState {
@@ -102,6 +106,7 @@ async fn a_scheduled_pod_runs_and_the_node_leaves_nothing_behind() {
         eprintln!("SKIPPED: {reason}");
         return;
     }
+    let _one = ONE_AT_A_TIME.lock().await;
     let env = TestEnv::start().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     let before = machine_state();
@@ -160,18 +165,10 @@ async fn a_scheduled_pod_runs_and_the_node_leaves_nothing_behind() {
     assert_eq!(machine_state(), before);
 }
 
-/// A node whose kubelet dies at start: the error names it with its log, and what was
-/// done up to then (bridge, sysctls, iptables snapshot, containerd with the images
-/// imported) is undone. Runs without the Kubernetes node binaries: the kubelet is a
-/// script, the rest need not start.
-#[tokio::test]
-async fn a_failed_start_leaves_the_machine_as_it_was() {
-    if let Some(reason) = RealNode::unavailable() {
-        eprintln!("SKIPPED: {reason}");
-        return;
-    }
-    let env = TestEnv::start().await.expect("etcd");
-    let server = env.start_apiserver("host").await.expect("apiserver");
+/// A directory of stand-ins for the node binaries: a `kubelet` running `kubelet`
+/// (a shell script body), the other processes sleeping, busybox as `pause` (any
+/// static binary makes a pause image that imports).
+fn fake_assets(kubelet: &str) -> tempfile::TempDir {
     let assets = tempfile::tempdir().unwrap();
     let script = |name: &str, body: &str| {
         let path = assets.path().join(name);
@@ -179,18 +176,32 @@ async fn a_failed_start_leaves_the_machine_as_it_was() {
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
     };
-    // The kubelet checks containerd holds both local images, then fails.
-    script(
-        "kubelet",
-        "for a in \"$@\"; do case $a in --container-runtime-endpoint=unix://*) s=${a#*unix://};; esac; done\n\
-         ctr -a \"$s\" -n k8s.io images ls -q | grep -c '^docker.io/local/' >&2\n\
-         echo kubelet-gives-up >&2; exit 1",
-    );
+    script("kubelet", kubelet);
     for name in ["kube-proxy", "kube-scheduler", "kube-controller-manager"] {
         script(name, "exec sleep 600");
     }
-    // Any static binary makes a pause image that imports.
     std::fs::copy("/bin/busybox", assets.path().join("pause")).unwrap();
+    assets
+}
+
+/// The kubelet checks containerd holds both local images, then fails.
+const FAILING_KUBELET: &str = "for a in \"$@\"; do case $a in --container-runtime-endpoint=unix://*) s=${a#*unix://};; esac; done\n\
+     ctr -a \"$s\" -n k8s.io images ls -q | grep -c '^docker.io/local/' >&2\n\
+     echo kubelet-gives-up >&2; exit 1";
+
+/// A node whose kubelet dies at start: the error names it with its log, and what was
+/// done up to then (bridge, sysctls, iptables snapshot, containerd with the images
+/// imported) is undone. Runs without the Kubernetes node binaries.
+#[tokio::test]
+async fn a_failed_start_leaves_the_machine_as_it_was() {
+    if let Some(reason) = RealNode::unavailable() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().await;
+    let env = TestEnv::start().await.expect("etcd");
+    let server = env.start_apiserver("host").await.expect("apiserver");
+    let assets = fake_assets(FAILING_KUBELET);
     let before = machine_state();
 
     let Err(err) = RealNode::start_with_assets(&server, assets.path()).await else {
@@ -202,6 +213,68 @@ async fn a_failed_start_leaves_the_machine_as_it_was() {
         message.contains("2\nkubelet-gives-up"),
         "both images imported: {message}"
     );
+    assert_eq!(node_processes(), Vec::<String>::new());
+    assert!(!Path::new(NODE_DIR).exists());
+    assert_eq!(machine_state(), before);
+}
+
+const KILLED_NODE_ASSETS: &str = "TENANTPLANE_TEST_KILLED_NODE_ASSETS";
+
+/// Not a test on its own: the child process that
+/// `a_run_killed_without_unwinding_is_undone_by_the_next_start` kills while its node
+/// starts. Returns at once unless that test started it.
+#[tokio::test]
+async fn killed_node_child() {
+    let Some(assets) = std::env::var_os(KILLED_NODE_ASSETS) else {
+        return;
+    };
+    let env = TestEnv::start().await.expect("etcd");
+    let server = env.start_apiserver("host").await.expect("apiserver");
+    // The kubelet never reports: this waits until the parent kills the process.
+    let _ = RealNode::start_with_assets(&server, Path::new(&assets)).await;
+}
+
+/// A run killed while its node starts (SIGKILL: no Drop, no unwinding) leaves the
+/// bridge, the sysctls and the node directory; the next start undoes them first.
+#[tokio::test]
+async fn a_run_killed_without_unwinding_is_undone_by_the_next_start() {
+    if let Some(reason) = RealNode::unavailable() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().await;
+    let env = TestEnv::start().await.expect("etcd");
+    let server = env.start_apiserver("host").await.expect("apiserver");
+    let hanging = fake_assets("exec sleep 600");
+    let failing = fake_assets(FAILING_KUBELET);
+    let before = machine_state();
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "killed_node_child", "--nocapture"])
+        .env(KILLED_NODE_ASSETS, hanging.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let kubelet_log = Path::new(NODE_DIR).join("kubelet.log");
+    let start = Instant::now();
+    while !kubelet_log.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "the child's node never got to its kubelet"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // What the dead run left: the parent-death signal took its processes, not this.
+    assert!(Path::new("/sys/class/net/rn0").exists());
+    assert!(Path::new(NODE_DIR).exists());
+    assert_ne!(machine_state(), before);
+
+    let Err(err) = RealNode::start_with_assets(&server, failing.path()).await else {
+        panic!("a node whose kubelet exits must not start");
+    };
+    assert!(err.to_string().contains("kubelet-gives-up"), "{err}");
     assert_eq!(node_processes(), Vec::<String>::new());
     assert!(!Path::new(NODE_DIR).exists());
     assert_eq!(machine_state(), before);
