@@ -92,6 +92,9 @@ if [[ ! -f src/.extracted ]]; then
 fi
 
 cd src
+# One build at a time in the shared source tree (scripts/real-node-assets.sh too).
+exec 9>"$WORK/.build.lock"
+flock 9
 mkdir -p .go/src/k8s.io
 ln -sfn ../../.. .go/src/k8s.io/kubernetes
 log "building kube-apiserver and kube-controller-manager (about 6 minutes on 2 cores)"

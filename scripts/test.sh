@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this):
 #   1. provide etcd + kube-apiserver + kube-controller-manager (built once, cached),
+#      and, as root, the real node's kubelet/kube-proxy/kube-scheduler and packages,
 #   2. formatting and lints,
 #   3. every test: unit, property, CLI, and integration tests on real API servers.
 set -euo pipefail
@@ -12,6 +13,16 @@ step "test API server binaries"
 KUBEBUILDER_ASSETS="$(scripts/test-apiserver.sh)"
 export KUBEBUILDER_ASSETS
 echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+
+step "real node binaries and packages"
+# The real-node tests (kubelet, containerd) need root; without it they skip.
+if [[ $(id -u) -eq 0 ]]; then
+  TENANTPLANE_NODE_ASSETS="$(scripts/real-node-assets.sh)"
+  export TENANTPLANE_NODE_ASSETS
+  echo "TENANTPLANE_NODE_ASSETS=$TENANTPLANE_NODE_ASSETS"
+else
+  echo "not root: the real-node tests will skip"
+fi
 
 step "cargo fmt --check"
 cargo fmt --all --check

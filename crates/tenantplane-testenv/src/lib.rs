@@ -13,12 +13,14 @@ mod assets;
 mod certs;
 mod crds;
 mod metrics;
+pub mod node;
 mod process;
 mod server;
 
 pub use assets::Assets;
 pub use certs::{CertError, IssuedCert, TestCa};
 pub use metrics::{RequestCounts, WRITE_VERBS, parse_request_counts};
+pub use node::RealNode;
 pub use server::{ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser};
 
 /// Everything that can go wrong starting or talking to the test control plane.
@@ -51,6 +53,10 @@ pub enum Error {
     Cert(#[from] CertError),
     #[error("CRD {name} was not Established within {seconds}s")]
     CrdNotEstablished { name: String, seconds: u64 },
+    #[error("real node: {0}")]
+    Node(String),
+    #[error("local image: {0}")]
+    Image(String),
     #[error("kubeconfig for {server}: {message}")]
     Kubeconfig { server: String, message: String },
     #[error("request to {server} failed: {source}")]

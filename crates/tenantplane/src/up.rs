@@ -16,7 +16,8 @@ use tenantplane_api::{
 use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::decisions::TenantDecision;
 use tenantplane_engine::metrics::Metrics;
-use tenantplane_testenv::TestEnv;
+use tenantplane_testenv::node::image::Image;
+use tenantplane_testenv::{RealNode, TestEnv};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +26,8 @@ use crate::logging::{self, LogFormat};
 
 const HOST_NAMESPACE: &str = "team-dev";
 const TENANT: &str = "dev";
+/// The image `up --real-node` makes of its own binary.
+const TENANTPLANE_IMAGE: &str = "local/tenantplane:dev";
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
@@ -37,6 +40,17 @@ pub struct UpArgs {
     /// Stop once the TenantCluster has synced the demo object (for scripts and CI).
     #[arg(long)]
     pub exit_when_synced: bool,
+    /// Also run a real node for the host (containerd, kubelet, kube-proxy,
+    /// kube-scheduler), so synced Pods really run, with images local/busybox:1 and
+    /// local/pause:1 (imagePullPolicy: Never). Needs root and the binaries of
+    /// scripts/real-node-assets.sh. It changes machine-wide settings: iptables
+    /// rules, sysctls (ip_forward and the kubelet's vm/kernel ones), bridges rn0 and
+    /// rncni0 (10.99.0.1, Pods on 10.244.0.0/24), mounts and kubepods cgroups; all
+    /// are restored on exit (Ctrl-C included), or by the next run if this one is
+    /// killed. One node per machine. The node also gets image local/tenantplane:dev,
+    /// made of this binary.
+    #[arg(long)]
+    pub real_node: bool,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
@@ -80,6 +94,11 @@ where
 }
 
 async fn up(args: UpArgs) -> anyhow::Result<()> {
+    if args.real_node
+        && let Some(reason) = RealNode::unavailable()
+    {
+        anyhow::bail!("--real-node: {reason}");
+    }
     eprintln!("starting etcd and two API servers (host and tenant)...");
     let env = TestEnv::start().await.context("starting etcd")?;
     let host_server = env
@@ -90,6 +109,21 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         .start_apiserver("tenant")
         .await
         .context("starting the tenant API server")?;
+    let node = if args.real_node {
+        eprintln!("starting a real node (containerd, kubelet, kube-proxy, kube-scheduler)...");
+        let node = RealNode::start(&host_server)
+            .await
+            .context("starting the real node")?;
+        // This very binary as an image, for the Pods that run tenantplane itself.
+        let exe = std::env::current_exe().context("finding the tenantplane binary")?;
+        let image = Image::with_shared_libraries(TENANTPLANE_IMAGE, &exe, "tenantplane")
+            .context("making the tenantplane image")?;
+        node.import(&image)
+            .context("importing the tenantplane image")?;
+        Some(node)
+    } else {
+        None
+    };
     let host = host_server.client().await?;
     let tenant = tenant_server.client().await?;
 
@@ -193,6 +227,22 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         "  tenantplane why --kubeconfig {} -n {HOST_NAMESPACE} configmap/welcome-x-default-x-{TENANT}",
         host_kc.display()
     );
+    if let Some(node) = &node {
+        println!();
+        println!(
+            "  real node {} (logs in {}); a Pod that really runs:",
+            node.name(),
+            node.dir().display()
+        );
+        println!(
+            "  kubectl --kubeconfig {} run web --image=local/busybox:1 --image-pull-policy=Never -- httpd -f -p 8080 -h /www",
+            tenant_kc.display()
+        );
+        println!(
+            "  kubectl --kubeconfig {} run tp --image={TENANTPLANE_IMAGE} --image-pull-policy=Never --restart=Never -- /tenantplane version",
+            tenant_kc.display()
+        );
+    }
     println!();
     println!("decisions (Ctrl-C stops everything):");
 
@@ -225,6 +275,11 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     eprintln!("stopping...");
     shutdown.cancel();
     controller.await.context("the controller task")?;
+    // The node first: it restores the machine, and its kubelet talks to the host.
+    if node.is_some() {
+        eprintln!("stopping the real node and restoring the machine...");
+    }
+    drop(node);
     drop((host_server, tenant_server));
     if args.keep {
         eprintln!("kept {}", env.keep_dir().display());

@@ -390,3 +390,28 @@ fn up_starts_a_playground_and_prints_the_first_decision() {
         "{stdout}"
     );
 }
+
+#[test]
+fn up_with_a_real_node_runs_it_and_restores_the_machine_on_exit() {
+    if let Some(reason) = tenantplane_testenv::RealNode::unavailable() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+        .args(["up", "--real-node", "--exit-when-synced"])
+        .output()
+        .expect("run tenantplane up --real-node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("real node 10.99.0.1"), "{stdout}");
+    assert!(stdout.contains("--image=local/tenantplane:dev"), "{stdout}");
+    assert!(
+        stdout.contains("Create ConfigMap default/welcome -> team-dev/welcome-x-default-x-dev"),
+        "{stdout}"
+    );
+    // Everything it changed is back: no bridge, no node directory, no kubepods cgroups.
+    assert!(!std::path::Path::new("/sys/class/net/rn0").exists());
+    assert!(!std::path::Path::new("/sys/class/net/rncni0").exists());
+    assert!(!std::path::Path::new(tenantplane_testenv::node::NODE_DIR).exists());
+    assert!(!std::path::Path::new("/sys/fs/cgroup/memory/kubepods").exists());
+}
