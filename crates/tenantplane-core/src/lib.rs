@@ -17,6 +17,7 @@ pub mod pool;
 pub mod provenance;
 pub mod quantity;
 pub mod selector;
+pub mod services;
 pub mod tenancy;
 pub mod tenant_admission;
 pub mod tenant_plan;
