@@ -332,7 +332,7 @@ async fn kubelet_runs(h: &Harness, name: &str, ip: &str) {
 }
 
 #[tokio::test]
-async fn endpoints_flow_from_the_host_with_tenant_pod_names_settle_and_go_with_the_service() {
+async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_service_env() {
     let h = Harness::start().await;
     // The host's endpoints controller fills the host copy's Endpoints; the tenant
     // runs none (as provisioned control planes do not).
@@ -348,23 +348,88 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_settle_and_go_with_t
     create_namespace(&h.tenant, "shop").await;
     let controller = Controller::start(&h.host).await;
     h.create_dev_with("fast", "net").await;
-    create(
-        &h.tenant,
-        json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web-1", "namespace": "shop", "labels": {"app": "web"}},
-        "spec": {"containers": [{"name": "app", "image": "nginx"}]}}),
-    )
-    .await;
     create(&h.tenant, json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "web", "namespace": "shop", "labels": {"tier": "front"}},
         "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})).await;
+    let host_services = h.host_api("v1", "Service");
+    let tenant_services = h.tenant_api("v1", "Service", "shop");
+    let service_ip = eventually("the Service's host address in the tenant", || {
+        let (host_services, tenant_services) = (host_services.clone(), tenant_services.clone());
+        async move {
+            let host = host_services
+                .get_opt(&predicted("web", "shop", "dev"))
+                .await
+                .unwrap()?;
+            let tenant = tenant_services.get("web").await.unwrap();
+            (ip(&host).is_some() && ip(&host) == ip(&tenant)).then(|| ip(&host).unwrap())
+        }
+    })
+    .await;
+    create(&h.tenant, json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "shop", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "app", "image": "nginx", "env": [{"name": "WEB_SERVICE_PORT", "value": "mine"}]}]}})).await;
+    create(
+        &h.tenant,
+        json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "no-links", "namespace": "shop"},
+        "spec": {"enableServiceLinks": false, "containers": [{"name": "app", "image": "nginx"}]}}),
+    )
+    .await;
     let host_pod = predicted("web-1", "shop", "dev");
     let host_pods = h.host_api("v1", "Pod");
-    eventually("the host Pod", || {
+    let created = eventually("the host Pod", || {
         let (host_pods, host_pod) = (host_pods.clone(), host_pod.clone());
         async move { host_pods.get_opt(&host_pod).await.unwrap() }
     })
     .await;
+    // The tenant's service variables, with the tenant Service's (= host) address;
+    // the container's own variable wins; the host kubelet injects none of its own.
+    let env = created.data["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(
+        value("WEB_SERVICE_HOST"),
+        Some(json!(service_ip)),
+        "{env:?}"
+    );
+    assert_eq!(
+        value("WEB_PORT_80_TCP"),
+        Some(json!(format!("tcp://{service_ip}:80")))
+    );
+    assert_eq!(value("WEB_SERVICE_PORT"), Some(json!("mine")));
+    assert_eq!(
+        env.iter()
+            .filter(|e| e["name"] == "WEB_SERVICE_PORT")
+            .count(),
+        1
+    );
+    assert_eq!(created.data["spec"]["enableServiceLinks"], false);
+    let no_links = eventually("the host Pod without service links", || {
+        let host_pods = host_pods.clone();
+        async move {
+            host_pods
+                .get_opt(&predicted("no-links", "shop", "dev"))
+                .await
+                .unwrap()
+        }
+    })
+    .await;
+    let no_links_env = no_links.data["spec"]["containers"][0]["env"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !no_links_env
+            .iter()
+            .any(|e| e["name"].as_str().is_some_and(|n| n.starts_with("WEB_"))),
+        "{no_links_env:?}"
+    );
     kubelet_runs(&h, &host_pod, "10.2.0.9").await;
     let tenant_pod_uid = h
         .tenant_api("v1", "Pod", "shop")
