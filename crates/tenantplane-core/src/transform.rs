@@ -304,7 +304,11 @@ fn to_host_with(
     host.insert("metadata".into(), Value::Object(host_meta));
     strip_reserved_from_templates(&mut host);
     strip_kind_specific(group_kind, &mut host);
-    Ok((placement, Value::Object(host)))
+    let mut host = Value::Object(host);
+    if crate::services::ingress::is_ingress(group_kind) {
+        crate::services::ingress::rewrite_references(&mut host, namespace, &target.tenant);
+    }
+    Ok((placement, host))
 }
 
 fn str_field<'a>(

@@ -37,6 +37,7 @@ use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
 mod dependency_finalizer;
+mod ingress;
 mod outage;
 mod pod;
 mod service;
@@ -550,6 +551,9 @@ impl KindSyncer {
         }
         if self.services.is_some() {
             return self.sync_service(key).await;
+        }
+        if tenantplane_core::services::ingress::is_ingress(&self.group_kind) {
+            return self.sync_ingress(key).await;
         }
         let (tenant_obj, host_name, host_obj) = self.cached_pair(key)?;
         match tenant_obj {

@@ -489,3 +489,104 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
     .await;
     controller.stop().await;
 }
+
+#[tokio::test]
+async fn an_ingress_names_host_copies_is_refused_a_taken_host_name_and_gets_its_status_back() {
+    let h = Harness::start().await;
+    create(
+        &h.host,
+        policy(
+            "web",
+            &[
+                ("v1", "Service"),
+                ("v1", "Secret"),
+                ("networking.k8s.io/v1", "Ingress"),
+            ],
+            "2s",
+        ),
+    )
+    .await;
+    // Someone on the host already serves taken.example.com.
+    create_namespace(&h.host, "legacy").await;
+    create(&h.host, json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "old", "namespace": "legacy"},
+        "spec": {"rules": [{"host": "taken.example.com", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": "old", "port": {"number": 80}}}}]}}]}})).await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev_with("fast", "web").await;
+    create(&h.tenant, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "shop-tls", "namespace": "default"},
+        "type": "kubernetes.io/tls", "stringData": {"tls.crt": "c", "tls.key": "k"}})).await;
+    let ingress = |name: &str, host: &str| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"defaultBackend": {"service": {"name": "fallback", "port": {"number": 80}}},
+                 "tls": [{"hosts": [host], "secretName": "shop-tls"}],
+                 "rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                     "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}})
+    };
+    create(&h.tenant, ingress("shop", "shop.example.com")).await;
+    create(&h.tenant, ingress("taken", "taken.example.com")).await;
+
+    let host_ingresses = h.host_api("networking.k8s.io/v1", "Ingress");
+    let host_name = predicted("shop", "default", "dev");
+    let host = eventually("the host Ingress", || {
+        let (host_ingresses, host_name) = (host_ingresses.clone(), host_name.clone());
+        async move { host_ingresses.get_opt(&host_name).await.unwrap() }
+    })
+    .await;
+    let spec = &host.data["spec"];
+    assert_eq!(
+        spec["defaultBackend"]["service"]["name"],
+        predicted("fallback", "default", "dev")
+    );
+    assert_eq!(
+        spec["tls"][0]["secretName"],
+        predicted("shop-tls", "default", "dev")
+    );
+    assert_eq!(
+        spec["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
+        predicted("web", "default", "dev")
+    );
+    assert_eq!(spec["rules"][0]["host"], "shop.example.com");
+
+    let skip = eventually("a Skip naming the host name's owner", || async {
+        h.decisions("dev")
+            .await
+            .into_iter()
+            .find(|d| d["action"] == "Skip" && d["tenant"]["name"] == "taken")
+    })
+    .await;
+    let reason = skip["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("taken.example.com") && reason.contains("legacy/old"),
+        "{reason}"
+    );
+    assert!(
+        host_ingresses
+            .get_opt(&predicted("taken", "default", "dev"))
+            .await
+            .unwrap()
+            .is_none(),
+        "no host copy for a taken host name"
+    );
+
+    // The host's ingress controller reports an address: the tenant sees it.
+    host_ingresses
+        .patch_status(
+            &host_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.20"}]}}})),
+        )
+        .await
+        .unwrap();
+    let tenant_ingresses = h.tenant_api("networking.k8s.io/v1", "Ingress", "default");
+    eventually("the Ingress status in the tenant", || {
+        let tenant_ingresses = tenant_ingresses.clone();
+        async move {
+            let i = tenant_ingresses.get("shop").await.unwrap();
+            (i.data["status"]["loadBalancer"]["ingress"][0]["ip"] == "192.0.2.20").then_some(())
+        }
+    })
+    .await;
+    controller.stop().await;
+}

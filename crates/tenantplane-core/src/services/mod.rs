@@ -4,3 +4,4 @@
 pub mod address;
 pub mod endpoints;
 pub mod env;
+pub mod ingress;

@@ -172,7 +172,7 @@ impl KindSyncer {
             .await
     }
 
-    fn is_our_copy(&self, key: &Key, host: &Value) -> bool {
+    pub(super) fn is_our_copy(&self, key: &Key, host: &Value) -> bool {
         let (name, labels, annotations) = meta_of(host);
         reverse_lookup(name, &labels, &annotations).is_ok_and(|id| {
             id.tenant == self.ctx.target.tenant
