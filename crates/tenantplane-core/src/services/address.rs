@@ -220,8 +220,85 @@ fn normalize(lb: &Value) -> Value {
     }
 }
 
+/// A re-create of a tenant Service in flight, as far as deciding goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replacing {
+    /// The UID of the tenant Service being replaced.
+    pub replaced_uid: Option<String>,
+    /// The UID of the replacement, once created.
+    pub created_uid: Option<String>,
+}
+
+/// What to do for a tenant Service key, given what the tenant cache holds
+/// (`None`: no object; `Some(uid)`) and a re-create in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceStep {
+    /// The tenant Service is gone and no re-create of ours is in flight: collect
+    /// the host copy.
+    Collect,
+    /// Our re-create deleted the tenant Service and its create has not succeeded
+    /// yet: create it (again). Never a reason to collect the host copy.
+    CreateReplacement,
+    /// The cache does not show the replacement yet: its watch event brings it.
+    Wait,
+    /// Sync the tenant Service; `replaced` when a re-create in flight is over (its
+    /// replacement, or a Service the tenant made meanwhile, is in the cache).
+    Sync { replaced: bool },
+}
+
+/// The guard that keeps a re-create's own deletion from collecting the host copy.
+pub fn service_step(
+    tenant_uid: Option<Option<&str>>,
+    replacing: Option<&Replacing>,
+) -> ServiceStep {
+    match (tenant_uid, replacing) {
+        (None, Some(r)) if r.created_uid.is_none() => ServiceStep::CreateReplacement,
+        (None, Some(_)) => ServiceStep::Wait,
+        (None, None) => ServiceStep::Collect,
+        (Some(uid), Some(r)) if uid.is_some() && uid == r.replaced_uid.as_deref() => {
+            ServiceStep::Wait
+        }
+        (Some(_), Some(_)) => ServiceStep::Sync { replaced: true },
+        (Some(_), None) => ServiceStep::Sync { replaced: false },
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_tenant_service_missing_during_our_re_create_never_collects_the_host_copy() {
+        let deleted = Replacing {
+            replaced_uid: Some("old".into()),
+            created_uid: None,
+        };
+        let created = Replacing {
+            created_uid: Some("new".into()),
+            ..deleted.clone()
+        };
+        // Deleted, create failed or not yet done: create again, never collect.
+        assert_eq!(
+            service_step(None, Some(&deleted)),
+            ServiceStep::CreateReplacement
+        );
+        // Created, but the cache has not seen it yet.
+        assert_eq!(service_step(None, Some(&created)), ServiceStep::Wait);
+        // The cache still shows the replaced Service.
+        assert_eq!(
+            service_step(Some(Some("old")), Some(&created)),
+            ServiceStep::Wait
+        );
+        assert_eq!(
+            service_step(Some(Some("new")), Some(&created)),
+            ServiceStep::Sync { replaced: true }
+        );
+        // Only without a re-create in flight is a missing Service a deletion.
+        assert_eq!(service_step(None, None), ServiceStep::Collect);
+        assert_eq!(
+            service_step(Some(Some("old")), None),
+            ServiceStep::Sync { replaced: false }
+        );
+    }
+
     use serde_json::json;
 
     use super::*;

@@ -19,8 +19,8 @@ use tenantplane_api::DecisionAction;
 use tenantplane_core::plan::meta_of;
 use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::services::address::{
-    AddressPlan, cluster_ip, is_out_of_range, load_balancer_status, plan_address,
-    refusal_fingerprint, without_allocations,
+    AddressPlan, Replacing, ServiceStep, cluster_ip, is_out_of_range, load_balancer_status,
+    plan_address, refusal_fingerprint, service_step, without_allocations,
 };
 
 use super::pod::{put_status, str_at};
@@ -126,16 +126,19 @@ impl KindSyncer {
     pub(super) async fn sync_service(&self, key: &Key) -> Result<(), SyncError> {
         let path = self.service_path()?;
         let (tenant_obj, host_name, host_obj) = self.cached_pair(key)?;
-        let pending = path.recreating().get(key).cloned();
-        let tenant = match (tenant_obj, pending) {
-            // Our own re-create's deletion: never a reason to collect the host copy.
-            (None, Some(pending)) => {
-                if pending.created_uid.is_none() {
-                    return self.create_replacement(key, &host_name).await;
-                }
-                return Ok(());
+        let replacing = path.recreating().get(key).map(|r| Replacing {
+            replaced_uid: r.replaced_uid.clone(),
+            created_uid: r.created_uid.clone(),
+        });
+        let tenant_uid = tenant_obj
+            .as_ref()
+            .map(|t| t.pointer("/metadata/uid").and_then(Value::as_str));
+        match service_step(tenant_uid, replacing.as_ref()) {
+            ServiceStep::CreateReplacement => {
+                return self.create_replacement(key, &host_name).await;
             }
-            (None, None) => {
+            ServiceStep::Wait => return Ok(()),
+            ServiceStep::Collect => {
                 self.ctx.service_cidr.clear(key);
                 path.refused().remove(key);
                 if let Some(host_obj) = host_obj {
@@ -143,18 +146,14 @@ impl KindSyncer {
                 }
                 return self.remove_tenant_endpoints(key).await;
             }
-            (Some(tenant), Some(pending)) => {
-                let uid = str_at(&tenant, "/metadata/uid");
-                if uid.is_some() && uid == pending.replaced_uid {
-                    // The cache still shows the Service we replaced; the watch
-                    // brings the new one.
-                    return Ok(());
+            ServiceStep::Sync { replaced } => {
+                if replaced {
+                    path.recreating().remove(key);
                 }
-                // Ours arrived, or the tenant made one of its own meanwhile.
-                path.recreating().remove(key);
-                tenant
             }
-            (Some(tenant), None) => tenant,
+        }
+        let Some(tenant) = tenant_obj else {
+            return Ok(());
         };
         self.apply(key, &tenant, host_obj.clone()).await?;
         let Some(host) = host_obj else {
