@@ -42,6 +42,7 @@ mod outage;
 mod pod;
 mod service;
 mod service_endpoints;
+mod service_env;
 mod storage;
 mod tenant_view;
 
