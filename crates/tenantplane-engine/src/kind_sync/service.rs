@@ -247,12 +247,13 @@ impl KindSyncer {
                 );
                 match self
                     .tenant_services(&key.0)
-                    .delete(&key.1, &exactly(uid))
+                    .delete(&key.1, &unchanged_since_read(tenant, uid))
                     .await
                 {
                     Ok(_) => self.create_replacement(key, host_name).await,
-                    // Gone meanwhile (404) or replaced by another object (409: the UID
-                    // precondition): the tenant decided; nothing of ours to create.
+                    // Gone meanwhile (404), or changed or replaced since our cache
+                    // read it (409: the preconditions): never re-create from a stale
+                    // copy; the watch brings the new version back.
                     Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
                         path.recreating().remove(key);
                         Ok(())
@@ -361,4 +362,14 @@ impl KindSyncer {
         );
         Ok(())
     }
+}
+
+/// Deletes only the very version the re-create was planned from: an update the
+/// tenant made meanwhile is never lost to a re-create from a stale copy.
+fn unchanged_since_read(tenant: &Value, uid: Option<String>) -> kube::api::DeleteParams {
+    let mut params = exactly(uid);
+    if let Some(preconditions) = params.preconditions.as_mut() {
+        preconditions.resource_version = str_at(tenant, "/metadata/resourceVersion");
+    }
+    params
 }
