@@ -307,6 +307,7 @@ impl RunningController {
             workers,
             host_unreachable_release:
                 tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
+            service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Self {

@@ -21,6 +21,7 @@ pub mod quantity;
 pub mod revocation;
 pub mod selector;
 pub mod selectors;
+pub mod services;
 pub mod tenancy;
 pub mod tenant_admission;
 pub mod tenant_plan;

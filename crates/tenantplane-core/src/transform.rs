@@ -340,6 +340,9 @@ fn to_host_with(
         virtual_namespace: &placement.virtual_namespace,
     };
     rewrite_selectors(group_kind, &mut host, &selector_scope, namespaces)?;
+    if crate::services::ingress::is_ingress(group_kind) {
+        crate::services::ingress::rewrite_references(&mut host, namespace, &target.tenant);
+    }
     Ok((placement, host))
 }
 

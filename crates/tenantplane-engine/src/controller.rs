@@ -42,7 +42,7 @@ use crate::engine::{Engine, EngineSpec, KindState};
 use crate::isolation::apply_isolation;
 use crate::kind_sync::{PodSettings, release_pod_finalizers};
 use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER};
-use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane};
+use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane_with};
 use tenantplane_core::metadata::ANNOTATION_VIRTUAL_NAME;
 use tenantplane_core::pods::PodControls;
 use tenantplane_core::pods::host_pod::TOKEN_SECRET_PREFIX;
@@ -80,7 +80,14 @@ pub struct ControllerConfig {
     /// API server that does not answer before its finalizer is released anyway
     /// ([`crate::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE`] in production).
     pub host_unreachable_release: Duration,
+    /// The host's service CIDR, for provisioned tenant API servers
+    /// ([`crate::provision::DEFAULT_SERVICE_CIDR`] by default).
+    pub service_cidr: String,
 }
+
+/// The TenantCluster condition saying whether tenant Services can carry their host
+/// copies' ClusterIPs (the tenant API server serves the host's service CIDR).
+pub const SERVICE_CIDR_CONDITION: &str = "ServiceCIDR";
 
 struct RunningEngine {
     fingerprint: String,
@@ -244,6 +251,7 @@ async fn resolve(
     tc: &TenantCluster,
     namespace: &str,
     host: &Client,
+    service_cidr: &str,
 ) -> Result<Resolution, ReconcileError> {
     let blocked = |isolation: Option<IsolationState>, blocker: Blocker| Resolution {
         isolation,
@@ -297,7 +305,7 @@ async fn resolve(
             Blocker::new("SyncPolicyNotFound", message),
         ));
     };
-    let (secret_ref, endpoints) = match ensure_control_plane(host, tc).await? {
+    let (secret_ref, endpoints) = match ensure_control_plane_with(host, tc, service_cidr).await? {
         ControlPlaneState::External { kubeconfig_secret } => (kubeconfig_secret, None),
         ControlPlaneState::Ready {
             kubeconfig_secret,
@@ -413,7 +421,8 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
     let name = tc.name_any();
     let host = &ctx.config.host;
     let key = (namespace.clone(), name.clone());
-    let Resolution { isolation, outcome } = resolve(tc, &namespace, host).await?;
+    let Resolution { isolation, outcome } =
+        resolve(tc, &namespace, host, &ctx.config.service_cidr).await?;
     let mut engines = ctx.engines.lock().await;
     let mut status = tc.status.clone().unwrap_or_default();
     let mut conditions = ConditionSet::new(&status.conditions, tc.metadata.generation);
@@ -574,6 +583,23 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 } else {
                     TenantClusterPhase::Provisioning
                 });
+            }
+            // A tenant Service refused its host address: said once, never retried
+            // in a loop. The condition appears only then, and stays (True) after.
+            match running.and_then(|r| r.engine.service_cidr.message()) {
+                Some(message) => conditions.set(
+                    SERVICE_CIDR_CONDITION,
+                    false,
+                    "ServiceCIDRMismatch",
+                    &message,
+                ),
+                None if conditions.is(SERVICE_CIDR_CONDITION, false) => conditions.set(
+                    SERVICE_CIDR_CONDITION,
+                    true,
+                    "ServiceCIDRMatches",
+                    "every synced Service carries its host copy's ClusterIP",
+                ),
+                None => {}
             }
             let mut kinds: BTreeSet<SyncedResource> =
                 status.synced_resources.iter().cloned().collect();

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decisions::DecisionSender;
 use crate::fairness::WriteBudget;
-use crate::kind_sync::{KindProgress, KindSyncer, PodSettings, SyncContext};
+use crate::kind_sync::{KindProgress, KindSyncer, PodSettings, ServiceCidrMismatches, SyncContext};
 use crate::metrics::Metrics;
 
 /// What an engine is started with.
@@ -48,6 +48,8 @@ pub struct Engine {
     pub kinds: BTreeMap<PolicyKind, KindState>,
     /// The tenant API server, for releasing its Pods when the TenantCluster goes.
     pub tenant: Client,
+    /// Tenant Services refused their host address (the `ServiceCIDR` condition).
+    pub service_cidr: Arc<ServiceCidrMismatches>,
 }
 
 impl Engine {
@@ -89,6 +91,7 @@ impl Engine {
             workers: spec.workers,
             resync,
             pods: pod_settings,
+            service_cidr: Arc::default(),
         });
         let cancel = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
@@ -129,6 +132,7 @@ impl Engine {
             tasks,
             kinds,
             tenant,
+            service_cidr: Arc::clone(&ctx.service_cidr),
         }
     }
 

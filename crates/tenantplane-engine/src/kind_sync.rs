@@ -38,13 +38,18 @@ use crate::queue::WorkQueue;
 
 mod dependency_finalizer;
 mod namespaces;
+mod ingress;
 mod outage;
 mod pod;
+mod service;
+mod service_endpoints;
+mod service_env;
 mod storage;
 mod tenant_view;
 
 pub use dependency_finalizer::LABEL_HOST_COPY;
 pub use pod::{DEFAULT_HOST_UNREACHABLE_RELEASE, PodSettings, release_pod_finalizers};
+pub use service::ServiceCidrMismatches;
 
 /// Watch retries: quick at first and capped at a few seconds (kube's default grows
 /// to 30s), so a tenant API server that comes back is seen again promptly.
@@ -97,6 +102,8 @@ pub struct SyncContext {
     pub resync: Option<Duration>,
     /// How core Pods are synced (their kind takes the Pod path).
     pub pods: PodSettings,
+    /// Tenant Services refused their host address, for the TenantCluster's condition.
+    pub service_cidr: Arc<ServiceCidrMismatches>,
 }
 
 /// Progress of one kind, read by the controller for conditions and by tests.
@@ -162,6 +169,8 @@ pub struct KindSyncer {
     pods: Option<pod::PodPath>,
     /// Set for kinds whose host copy depends on the tenant's namespaces.
     namespaces: Option<Store<DynamicObject>>,
+    /// Set for core Services: the tenant Service carries its host copy's address.
+    services: Option<service::ServicePath>,
 }
 
 impl KindSyncer {
@@ -177,6 +186,7 @@ impl KindSyncer {
         cancel: CancellationToken,
     ) {
         let group_kind_is_pod = group_kind == GroupKind::new("", "Pod");
+        let group_kind_is_service = group_kind == GroupKind::new("", "Service");
         let tenant_api: Api<DynamicObject> = Api::all_with(ctx.tenant.clone(), &tenant_resource);
         let host_api: Api<DynamicObject> =
             Api::namespaced_with(ctx.host.clone(), &ctx.target.host_namespace, &host_resource);
@@ -206,6 +216,7 @@ impl KindSyncer {
             pods: (group_kind_is_pod)
                 .then(|| pod::PodPath::new(ctx.pods.clone(), ctx.tenant.clone())),
             namespaces: namespace_cache.as_ref().map(|(_, store)| store.clone()),
+            services: group_kind_is_service.then(service::ServicePath::new),
         });
         if let Some((writer, _)) = namespace_cache {
             let s = Arc::clone(&syncer);
@@ -258,6 +269,15 @@ impl KindSyncer {
         {
             let s = Arc::clone(&syncer);
             tasks.spawn(async move { s.passes().await });
+        }
+        if let Some(writer) = syncer.services.as_ref().and_then(|s| {
+            s.endpoints_writer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+        }) {
+            let s = Arc::clone(&syncer);
+            tasks.spawn(async move { s.watch_host_endpoints(writer).await });
         }
         if syncer.pods.is_some() {
             for kind in dependency_finalizer::DEPENDENCY_KINDS {
@@ -545,6 +565,12 @@ impl KindSyncer {
     async fn sync(&self, key: &Key) -> Result<(), SyncError> {
         if self.pods.is_some() {
             return self.sync_pod(key).await;
+        }
+        if self.services.is_some() {
+            return self.sync_service(key).await;
+        }
+        if tenantplane_core::services::ingress::is_ingress(&self.group_kind) {
+            return self.sync_ingress(key).await;
         }
         let (tenant_obj, host_name, host_obj) = self.cached_pair(key)?;
         match tenant_obj {

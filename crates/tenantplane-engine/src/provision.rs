@@ -332,10 +332,26 @@ fn namespace_is_ours(labels: &BTreeMap<String, String>, tc_namespace: &str) -> b
         && labels.get(LABEL_CONTROL_PLANE_OF).map(String::as_str) == Some(tc_namespace)
 }
 
-/// Reconciles the control plane of `tc` and reports where it stands.
+/// The service CIDR a provisioned tenant API server is started with when none is
+/// given: kube-apiserver's own default. It must be the host's, so a tenant Service
+/// can carry its host copy's ClusterIP.
+pub const DEFAULT_SERVICE_CIDR: &str = "10.0.0.0/24";
+
+/// Reconciles the control plane of `tc` and reports where it stands (tenant API
+/// server on [`DEFAULT_SERVICE_CIDR`]).
 pub async fn ensure_control_plane(
     host: &Client,
     tc: &TenantCluster,
+) -> Result<ControlPlaneState, ProvisionError> {
+    ensure_control_plane_with(host, tc, DEFAULT_SERVICE_CIDR).await
+}
+
+/// [`ensure_control_plane`] with the host's service CIDR, which the tenant API
+/// server allocates Service addresses from.
+pub async fn ensure_control_plane_with(
+    host: &Client,
+    tc: &TenantCluster,
+    service_cidr: &str,
 ) -> Result<ControlPlaneState, ProvisionError> {
     let names = Names::of(tc)?;
     if let Some(external) = &tc.spec.control_plane.external {
@@ -375,7 +391,10 @@ pub async fn ensure_control_plane(
     };
 
     let ours = |labels: &BTreeMap<String, String>| names.is_ours(labels);
-    let statefulset = build::<StatefulSet>("StatefulSet", statefulset(&names, tc, version))?;
+    let statefulset = build::<StatefulSet>(
+        "StatefulSet",
+        statefulset(&names, tc, version, service_cidr),
+    )?;
     let sts_api: Api<StatefulSet> = Api::namespaced(host.clone(), cp_ns);
     let sts_action = match converge(&sts_api, &names.cp_name, Some(&statefulset), &ours, &[]).await
     {
@@ -735,7 +754,7 @@ fn build<K: serde::de::DeserializeOwned>(
 }
 
 /// The k3s server's arguments.
-fn k3s_args(names: &Names, extra_sans: &[String]) -> Vec<String> {
+fn k3s_args(names: &Names, extra_sans: &[String], service_cidr: &str) -> Vec<String> {
     let mut args = vec![
         "server".to_owned(),
         // No kubelet or containerd: tenant pods run on the host through the syncer.
@@ -747,6 +766,13 @@ fn k3s_args(names: &Names, extra_sans: &[String]) -> Vec<String> {
         "--egress-selector-mode=disabled".to_owned(),
         // No --datastore-endpoint: without --cluster-init, SQLite under the data
         // directory (on the PVC) is k3s' default datastore.
+        // The host's service CIDR: a tenant Service is given its host copy's ClusterIP.
+        format!("--service-cidr={service_cidr}"),
+        // Endpoints come from the host (the host copy's, with tenant Pod names); the
+        // tenant's own endpoint controllers would overwrite them with nothing, as no
+        // tenant Pod runs on a tenant node.
+        "--kube-controller-manager-arg=controllers=*,-endpoint,-endpointslice,-endpointslicemirroring"
+            .to_owned(),
     ];
     for san in names.tls_sans(extra_sans) {
         args.push(format!("--tls-san={san}"));
@@ -762,7 +788,12 @@ fn k3s_args(names: &Names, extra_sans: &[String]) -> Vec<String> {
     args
 }
 
-fn statefulset(names: &Names, tc: &TenantCluster, version: &SupportedVersion) -> Value {
+fn statefulset(
+    names: &Names,
+    tc: &TenantCluster,
+    version: &SupportedVersion,
+    service_cidr: &str,
+) -> Value {
     let storage = &tc.spec.control_plane.storage;
     let mut claim_spec = json!({
         "accessModes": ["ReadWriteOnce"],
@@ -792,7 +823,7 @@ fn statefulset(names: &Names, tc: &TenantCluster, version: &SupportedVersion) ->
                     "containers": [{
                         "name": "k3s",
                         "image": version.k3s_image,
-                        "args": k3s_args(names, &tc.spec.control_plane.extra_sans),
+                        "args": k3s_args(names, &tc.spec.control_plane.extra_sans, service_cidr),
                         "env": [{"name": "K3S_TOKEN", "valueFrom": {"secretKeyRef": {"name": bootstrap, "key": KEY_TOKEN}}}],
                         "ports": [{"name": "https", "containerPort": CONTROL_PLANE_PORT, "protocol": "TCP"}],
                         "readinessProbe": {
@@ -1059,8 +1090,13 @@ mod tests {
     fn k3s_runs_without_agent_or_add_ons_and_serves_every_name() {
         let tc = tc(json!({"controlPlane": {"extraSANs": ["api.dev.example.com", "dev-cp"]}}));
         let names = Names::of(&tc).unwrap();
-        let args = k3s_args(&names, &tc.spec.control_plane.extra_sans);
+        let args = k3s_args(&names, &tc.spec.control_plane.extra_sans, "10.96.0.0/12");
         assert_eq!(args[0], "server");
+        assert!(args.contains(&"--service-cidr=10.96.0.0/12".to_owned()));
+        assert!(args.contains(
+            &"--kube-controller-manager-arg=controllers=*,-endpoint,-endpointslice,-endpointslicemirroring"
+                .to_owned()
+        ));
         assert!(args.contains(&"--disable-agent".to_owned()));
         assert!(args.contains(
             &"--disable=traefik,servicelb,metrics-server,local-storage,coredns".to_owned()
@@ -1093,7 +1129,11 @@ mod tests {
         );
         let names = Names::of(&tc).unwrap();
         let version = versions::resolve("v1.31").unwrap();
-        let sts: StatefulSet = build("StatefulSet", statefulset(&names, &tc, version)).unwrap();
+        let sts: StatefulSet = build(
+            "StatefulSet",
+            statefulset(&names, &tc, version, "10.0.0.0/24"),
+        )
+        .unwrap();
         let v = serde_json::to_value(&sts).unwrap();
         assert_eq!(
             v["spec"]["template"]["spec"]["containers"][0]["image"],

@@ -84,6 +84,7 @@ impl Controller {
             workers: 8,
             // Short, so tests of a host that does not answer finish quickly.
             host_unreachable_release: HOST_UNREACHABLE_RELEASE,
+            service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Controller {
@@ -275,6 +276,11 @@ impl Harness {
         let env = TestEnv::start().await.expect("etcd");
         let host_server = env.start_apiserver("host").await.expect("host");
         let tenant_server = env.start_apiserver("tenant").await.expect("tenant");
+        Self::attach(env, host_server, tenant_server).await
+    }
+
+    /// [`Harness::start`] on servers the test started itself (with flags of its own).
+    pub async fn attach(env: TestEnv, host_server: ApiServer, tenant_server: ApiServer) -> Harness {
         let host = host_server.client().await.unwrap();
         let tenant = tenant_server.client().await.unwrap();
         let mut crds = tenantplane_api::crds();

@@ -639,6 +639,17 @@ async fn allocated_and_immutable_fields_are_kept_when_the_tenant_updates() {
     let node_port = svc_before.data["spec"]["ports"][0]["nodePort"].clone();
     assert!(cluster_ip.is_string(), "{}", svc_before.data);
     assert!(node_port.is_number(), "{}", svc_before.data);
+    // The tenant Service is re-created once with the host's address (see
+    // tests/services.rs); update it after that, not during.
+    let tenant_services = h.tenant_api("v1", "Service", "default");
+    eventually("the tenant Service with the host's ClusterIP", || {
+        let (tenant_services, cluster_ip) = (tenant_services.clone(), cluster_ip.clone());
+        async move {
+            let tenant = tenant_services.get_opt("web").await.unwrap()?;
+            (tenant.data["spec"]["clusterIP"] == cluster_ip).then_some(())
+        }
+    })
+    .await;
 
     merge_patch(
         &h.tenant_api("v1", "Service", "default"),

@@ -259,13 +259,26 @@ impl TestEnv {
     /// aggregation controllers)
     /// against `server`, for tests that need namespace deletion or owner-reference GC.
     pub fn start_controller_manager(&self, server: &ApiServer) -> Result<ControllerManager> {
+        // clusterrole-aggregation fills the aggregated `admin`, `edit` and `view`
+        // ClusterRoles, so RoleBindings to them grant what they grant in a cluster.
+        self.start_controller_manager_with(
+            server,
+            "namespace,garbagecollector,clusterrole-aggregation",
+        )
+    }
+
+    /// kube-controller-manager running only `controllers` (its `--controllers`
+    /// list, such as `endpoint,endpointslice`) against `server`.
+    pub fn start_controller_manager_with(
+        &self,
+        server: &ApiServer,
+        controllers: &str,
+    ) -> Result<ControllerManager> {
         let binary = self.assets.kube_controller_manager()?;
         let args = vec![
             format!("--kubeconfig={}", server.kubeconfig_path().display()),
             "--leader-elect=false".into(),
-            // clusterrole-aggregation fills the aggregated `admin`, `edit` and `view`
-            // ClusterRoles, so RoleBindings to them grant what they grant in a cluster.
-            "--controllers=namespace,garbagecollector,clusterrole-aggregation".into(),
+            format!("--controllers={controllers}"),
             format!(
                 "--service-account-private-key-file={}",
                 server.dir.join("sa.key").display()

@@ -65,6 +65,11 @@ pub struct ControllerArgs {
     #[arg(long, default_value_t = provisioner::DEFAULT_PROBE_INTERVAL.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=60))]
     pub provisioner_probe_secs: u64,
+    /// The host's service CIDR (its kube-apiserver's --service-cluster-ip-range).
+    /// Provisioned tenant API servers allocate from it, so a tenant Service
+    /// carries its host copy's ClusterIP.
+    #[arg(long, default_value = tenantplane_engine::provision::DEFAULT_SERVICE_CIDR)]
+    pub service_cidr: String,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
@@ -139,6 +144,7 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             args.workers,
         );
         let host_unreachable_release = Duration::from_secs(args.host_unreachable_release_secs);
+        let service_cidr = args.service_cidr.clone();
         move || ControllerConfig {
             host: host.clone(),
             metrics: Arc::clone(&metrics),
@@ -146,6 +152,7 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             instance: instance.clone(),
             workers,
             host_unreachable_release,
+            service_cidr: service_cidr.clone(),
         }
     };
     let make_tenant_config = {

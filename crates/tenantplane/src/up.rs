@@ -197,6 +197,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         instance: "tenantplane-up".into(),
         workers: args.workers,
         host_unreachable_release: tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
+        // Only external control planes here (the testenv servers share one range).
+        service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
     };
     let controller = tokio::spawn(controller::run(config, shutdown.clone()));
 

@@ -220,6 +220,10 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"resource": "configmaps", "verb": "create", "namespace": "team-dev"}),
         ),
         (
+            "watch the Endpoints of synced Services' host copies",
+            json!({"resource": "endpoints", "verb": "watch", "namespace": "team-dev"}),
+        ),
+        (
             "emit an Event",
             json!({"group": "events.k8s.io", "resource": "events", "verb": "create", "namespace": "team-dev"}),
         ),
@@ -324,6 +328,10 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "escalate", "name": "admin"}),
         ),
         ("list nodes", json!({"resource": "nodes", "verb": "list"})),
+        (
+            "write host Endpoints (they are only read)",
+            json!({"resource": "endpoints", "verb": "update", "namespace": "team-dev"}),
+        ),
         (
             "write nodes",
             json!({"resource": "nodes", "verb": "update", "name": "node-a"}),

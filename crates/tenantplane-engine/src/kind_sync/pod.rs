@@ -316,6 +316,8 @@ impl KindSyncer {
             return Ok(());
         }
         let mut desired = built.object;
+        self.add_service_env(key, tenant_pod, host_pod.as_ref(), &mut desired)
+            .await?;
         let hash = stamp_desired_hash(&mut desired);
         let source = built
             .placement

@@ -1,0 +1,7 @@
+//! Services on both sides: the tenant Service carries the address its host copy
+//! was given ([`address`]), and sees its real Endpoints ([`endpoints`]).
+
+pub mod address;
+pub mod endpoints;
+pub mod env;
+pub mod ingress;
