@@ -39,6 +39,7 @@ use crate::queue::WorkQueue;
 mod dependency_finalizer;
 mod outage;
 mod pod;
+mod service_rules;
 mod storage;
 mod tenant_view;
 
@@ -574,6 +575,13 @@ impl KindSyncer {
         };
         let hash = stamp_desired_hash(&mut desired);
         let host_name = placement.host_name.name.clone();
+        // Before any write is planned, so a refused Service's host copy stays as it was.
+        if self
+            .refuses_service(key, uid.clone(), &host_name, tenant_value)
+            .await
+        {
+            return Ok(());
+        }
         let source = placement.source_identity(&self.ctx.target.tenant, uid.as_deref());
 
         // A write refused for this very desired state: do not retry until it changes.
