@@ -41,7 +41,9 @@ pub struct IsolationProfileSpec {
     #[serde(default)]
     pub controls: IsolationControls,
     /// Policy rules for the tenant's objects; the sync engine refuses (does not
-    /// sync) a Pod whose images break them. Other rules are validated only.
+    /// sync) a Pod whose images break them, and a Service that breaks the Service
+    /// rules or the `metadata.services` key rules (a host copy synced before is kept
+    /// as it was). The Ingress and namespace metadata rules are validated only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<crate::policy_rules::PolicyRules>,
 }

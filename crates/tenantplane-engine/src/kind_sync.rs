@@ -44,6 +44,7 @@ mod pod;
 mod service;
 mod service_endpoints;
 mod service_env;
+mod service_rules;
 mod storage;
 mod tenant_view;
 
@@ -622,6 +623,13 @@ impl KindSyncer {
         };
         let hash = stamp_desired_hash(&mut desired);
         let host_name = placement.host_name.name.clone();
+        // Before any write is planned, so a refused Service's host copy stays as it was.
+        if self
+            .refuses_service(key, uid.clone(), &host_name, tenant_value)
+            .await
+        {
+            return Ok(());
+        }
         let source = placement.source_identity(&self.ctx.target.tenant, uid.as_deref());
 
         // A write refused for this very desired state: do not retry until it changes.

@@ -1248,3 +1248,138 @@ async fn no_secret_data_in_any_log_line_decision_or_event() {
     }
     controller.stop().await;
 }
+
+fn service(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "shop"}, "spec": spec})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_profiles_service_rules_refuse_a_service_by_rule_and_field() {
+    let h = Harness::start().await;
+    create(&h.host, policy("svcs", &[("v1", "Service")], "2s")).await;
+    let mut ruled = profile("ruled", 1000, 2000);
+    ruled["spec"]["rules"] = json!({"services": {"allowedTypes": ["ClusterIP", "ExternalName"],
+        "allowedExternalNames": ["*.svc.example.com"]}});
+    create(&h.host, ruled).await;
+    create_namespace(&h.tenant, "shop").await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev_with("ruled", "svcs").await;
+    let port = json!([{"port": 80, "targetPort": 8080}]);
+    create(
+        &h.tenant,
+        service("web", json!({"type": "ClusterIP", "ports": port})),
+    )
+    .await;
+    create(
+        &h.tenant,
+        service("nodeport", json!({"type": "NodePort", "ports": port})),
+    )
+    .await;
+    create(
+        &h.tenant,
+        service(
+            "external",
+            json!({"type": "ExternalName", "externalName": "evil.example.org"}),
+        ),
+    )
+    .await;
+    create(
+        &h.tenant,
+        service(
+            "ips",
+            json!({"ports": port, "externalIPs": ["203.0.113.7"]}),
+        ),
+    )
+    .await;
+    let services = h.host_api("v1", "Service");
+    // The allowed Service is synced (so the rules were read and the engine runs).
+    eventually("the allowed Service on the host", || async {
+        services
+            .get_opt(&predicted("web", "shop", "dev"))
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    let events = dynamic(&h.tenant, "events.k8s.io/v1", "Event", Some("shop"));
+    for (name, refused) in [
+        ("nodeport", "spec.type (services.allowedTypes)"),
+        (
+            "external",
+            "spec.externalName (services.allowedExternalNames)",
+        ),
+        ("ips", "spec.externalIPs (services.allowExternalIPs)"),
+    ] {
+        let skip = eventually(&format!("a Skip for {name}"), || async {
+            h.decisions("dev").await.into_iter().find(|d| {
+                d["action"] == "Skip" && d["tenant"]["name"] == name && d["kind"] == "Service"
+            })
+        })
+        .await;
+        assert!(skip["reason"].as_str().unwrap().contains(refused), "{skip}");
+        let event = eventually(&format!("a Warning Event on {name}"), || async {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| e.data["regarding"]["name"] == name)
+        })
+        .await;
+        assert_eq!(event.data["type"], "Warning");
+        assert_eq!(event.data["reason"], "IsolationRefused");
+        assert_eq!(event.data["regarding"]["kind"], "Service");
+        let note = event.data["note"].as_str().unwrap();
+        assert!(note.contains(refused), "{note}");
+        assert!(
+            services
+                .get_opt(&predicted(name, "shop", "dev"))
+                .await
+                .unwrap()
+                .is_none(),
+            "{name} has no host copy"
+        );
+    }
+
+    // An already-synced Service changed to break a rule: its host copy is kept as
+    // it was (not updated), and the change is a Skip.
+    let tenant_services = dynamic(&h.tenant, "v1", "Service", Some("shop"));
+    tenant_services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"changed": "yes"}},
+                "spec": {"externalIPs": ["203.0.113.8"]}})),
+        )
+        .await
+        .unwrap();
+    eventually("a Skip for the changed web", || async {
+        h.decisions("dev").await.into_iter().find(|d| {
+            d["action"] == "Skip"
+                && d["tenant"]["name"] == "web"
+                && d["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("spec.externalIPs (services.allowExternalIPs)"))
+        })
+    })
+    .await;
+    let host_web = services
+        .get(&predicted("web", "shop", "dev"))
+        .await
+        .unwrap();
+    assert!(
+        host_web.data["spec"].get("externalIPs").is_none(),
+        "the host copy was not updated: {:?}",
+        host_web.data["spec"]
+    );
+    assert!(
+        !host_web
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("changed"),
+        "the host copy's labels were not updated either"
+    );
+    controller.stop().await;
+}

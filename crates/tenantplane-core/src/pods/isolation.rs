@@ -1,9 +1,10 @@
-//! The IsolationProfile applied to one Pod: what it refuses, by field.
+//! The IsolationProfile applied to one Pod (or, for its `spec.rules`, one Service):
+//! what it refuses, by field.
 
 use serde_json::Value;
 use tenantplane_api::{EffectiveControls, PolicyRules};
 
-use crate::policy_rules::CompiledRules;
+use crate::policy_rules::{Broken, CompiledRules, MetadataTarget};
 
 use super::refs::CONTAINER_LISTS;
 
@@ -15,7 +16,8 @@ pub struct PodControls {
     pub block_host_path_volumes: bool,
     /// Also refuses hostNetwork, hostPID and hostIPC.
     pub block_privileged_containers: bool,
-    /// The profile's `spec.rules`: images and pull policies of every container.
+    /// The profile's `spec.rules`: images and pull policies of every container here;
+    /// the Service and `metadata.services` rules in [`check_service`].
     pub rules: Option<PolicyRules>,
 }
 
@@ -91,26 +93,45 @@ pub fn check_pod(pod: &Value, controls: &PodControls) -> Vec<PodRefusal> {
         }
     }
     if let Some(rules) = &controls.rules {
-        rule_refusals(pod, rules, &mut refusals);
+        rule_refusals(rules, |c| c.check_pod(pod), &mut refusals);
     }
     refusals
 }
 
-/// The profile's policy rules for one Pod; rules that do not compile (stored while
-/// the webhook was down) refuse every Pod rather than let it through unchecked.
-fn rule_refusals(pod: &Value, rules: &PolicyRules, refusals: &mut Vec<PodRefusal>) {
+/// Every field of a tenant Service that the profile's `spec.rules` refuse: the
+/// Service rules (type, `externalIPs`, ExternalName target) and the
+/// `metadata.services` key rules. Every label and annotation key the tenant Service
+/// carries is checked (the engine has no "before" to compare with, unlike an
+/// admission UPDATE), so a key set before the rule existed is refused too.
+pub fn check_service(service: &Value, rules: Option<&PolicyRules>) -> Vec<PodRefusal> {
+    let mut refusals = Vec::new();
+    if let Some(rules) = rules {
+        rule_refusals(
+            rules,
+            |c| {
+                let mut broken = c.check_service(service);
+                broken.extend(c.check_metadata(MetadataTarget::Service, None, service));
+                broken
+            },
+            &mut refusals,
+        );
+    }
+    refusals
+}
+
+/// The profile's policy rules for one object; rules that do not compile (stored
+/// while the webhook was down) refuse every object rather than let it through
+/// unchecked.
+fn rule_refusals(
+    rules: &PolicyRules,
+    check: impl FnOnce(&CompiledRules) -> Vec<Broken>,
+    refusals: &mut Vec<PodRefusal>,
+) {
     match CompiledRules::compile("spec.rules", rules) {
-        Ok(compiled) => {
-            refusals.extend(
-                compiled
-                    .check_pod(pod)
-                    .into_iter()
-                    .map(|broken| PodRefusal {
-                        field: broken.field,
-                        control: broken.rule,
-                    }),
-            )
-        }
+        Ok(compiled) => refusals.extend(check(&compiled).into_iter().map(|broken| PodRefusal {
+            field: broken.field,
+            control: broken.rule,
+        })),
         Err(_) => refusals.push(PodRefusal {
             field: "spec".to_owned(),
             control: "rules (the IsolationProfile's spec.rules do not compile)",
@@ -165,6 +186,81 @@ mod tests {
             1,
             "broken rules refuse, never panic"
         );
+    }
+
+    fn rules(value: serde_json::Value) -> PolicyRules {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn the_profiles_service_rules_refuse_by_field_and_rule() {
+        let rules = rules(json!({
+            "services": {"allowedTypes": ["ClusterIP", "ExternalName"],
+                         "allowedExternalNames": ["*.svc.example.com"]},
+            "metadata": {"services": {"forbiddenAnnotations": {"exact": ["lb.example.com/expose"]},
+                                      "allowedLabels": {"regex": "app"}}}
+        }));
+        let refused = |service: serde_json::Value| -> Vec<(String, &'static str)> {
+            check_service(&service, Some(&rules))
+                .into_iter()
+                .map(|r| (r.field, r.control))
+                .collect()
+        };
+        assert!(refused(json!({"metadata": {"labels": {"app": "a"}}, "spec": {}})).is_empty());
+        assert!(
+            refused(
+                json!({"spec": {"type": "ExternalName", "externalName": "db.svc.example.com"}})
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            refused(json!({"spec": {"type": "NodePort"}})),
+            [("spec.type".to_owned(), "services.allowedTypes")]
+        );
+        assert_eq!(
+            refused(json!({"spec": {"type": "ExternalName", "externalName": "evil.example.org"}})),
+            [(
+                "spec.externalName".to_owned(),
+                "services.allowedExternalNames"
+            )]
+        );
+        assert_eq!(
+            refused(json!({"spec": {"externalIPs": ["1.2.3.4"]}})),
+            [("spec.externalIPs".to_owned(), "services.allowExternalIPs")]
+        );
+        assert_eq!(
+            refused(json!({"metadata": {"labels": {"tier": "x"},
+                "annotations": {"lb.example.com/expose": "yes"}}, "spec": {}})),
+            [
+                (
+                    r#"metadata.labels["tier"]"#.to_owned(),
+                    "metadata.services.allowedLabels"
+                ),
+                (
+                    r#"metadata.annotations["lb.example.com/expose"]"#.to_owned(),
+                    "metadata.services.forbiddenAnnotations"
+                ),
+            ]
+        );
+        let service = json!({"spec": {"type": "LoadBalancer", "externalIPs": ["1.2.3.4"]}});
+        assert!(
+            check_service(&service, None).is_empty(),
+            "no rules, nothing refused"
+        );
+        assert!(
+            check_service(&service, Some(&PolicyRules::default())).is_empty(),
+            "absent rules restrict nothing"
+        );
+        let broken = rules_broken();
+        assert_eq!(
+            check_service(&json!({"spec": {}}), Some(&broken)).len(),
+            1,
+            "rules that do not compile refuse every Service, never panic"
+        );
+    }
+
+    fn rules_broken() -> PolicyRules {
+        rules(json!({"metadata": {"services": {"forbiddenLabels": {"regex": "("}}}}))
     }
 
     #[test]

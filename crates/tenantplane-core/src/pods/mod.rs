@@ -15,5 +15,5 @@ pub mod tokens;
 pub use host_pod::{
     HostPod, HostPodContext, HostPodError, TenantApiEndpoint, TokenProjection, to_host_pod,
 };
-pub use isolation::{PodControls, PodRefusal, check_pod};
+pub use isolation::{PodControls, PodRefusal, check_pod, check_service};
 pub use refs::{Dependency, DependencyKind, PodReference, dependencies, pod_references};

@@ -334,7 +334,7 @@ impl KindSyncer {
     }
 
     /// Whether a Skip with this reason was not yet recorded for `host_name`.
-    fn skip_is_new(&self, host_name: &str, reason: &str) -> bool {
+    pub(super) fn skip_is_new(&self, host_name: &str, reason: &str) -> bool {
         let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         refused
             .get(host_name)
