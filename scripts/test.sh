@@ -13,6 +13,14 @@ KUBEBUILDER_ASSETS="$(scripts/test-apiserver.sh)"
 export KUBEBUILDER_ASSETS
 echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
 
+step "dig for the DNS tests"
+if ! command -v dig >/dev/null; then
+  as_root=(); ((EUID == 0)) || as_root=(sudo)
+  "${as_root[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq bind9-dnsutils
+fi
+dig -v 2>&1
+
 step "cargo fmt --check"
 cargo fmt --all --check
 
