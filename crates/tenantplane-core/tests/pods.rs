@@ -110,6 +110,7 @@ fn ctx() -> HostPodContext {
             block_privileged_containers: true,
         },
         api_endpoint: TenantApiEndpoint::from_url("https://10.0.0.1:6443"),
+        dns: Default::default(),
     }
 }
 
