@@ -307,6 +307,8 @@ impl RunningController {
             workers,
             host_unreachable_release:
                 tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
+            // No Pod runs here: host Pods keep the host's DNS.
+            dns: None,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Self {

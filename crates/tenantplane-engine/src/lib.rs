@@ -16,3 +16,4 @@ pub mod pools;
 pub mod provision;
 pub mod queue;
 pub mod tenancy;
+pub mod tenant_dns;

@@ -163,6 +163,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         instance: "tenantplane-up".into(),
         workers: args.workers,
         host_unreachable_release: tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
+        // No Pod runs here: host Pods keep the host's DNS.
+        dns: None,
     };
     let controller = tokio::spawn(controller::run(config, shutdown.clone()));
 

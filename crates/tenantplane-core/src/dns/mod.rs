@@ -5,6 +5,7 @@
 mod answer;
 mod index;
 mod name;
+mod objects;
 #[cfg(test)]
 mod tests;
 
@@ -14,6 +15,10 @@ pub use index::{
     TenantIndex, dashed,
 };
 pub use name::{QueryName, normalize, parse};
+pub use objects::{
+    COMPONENT_DNS, CONTAINER_PORT, DnsObjects, DnsServerSpec, dns_labels, dns_object_name,
+    dns_objects, is_dns_object_of,
+};
 
 /// The TTL of every answer, in seconds: short, since the index follows watches and
 /// Pods come and go (CoreDNS's kubernetes plugin also defaults to 5).
