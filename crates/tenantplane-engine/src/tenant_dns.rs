@@ -96,6 +96,7 @@ pub async fn apply_tenant_dns(
         role_binding,
         deployment,
         service,
+        network_policy,
     } = dns_objects(&DnsServerSpec {
         namespace: &namespace,
         tenant: &tenant,
@@ -107,6 +108,7 @@ pub async fn apply_tenant_dns(
         one(host, ns, t, "ServiceAccount", service_account, &owner).await?,
         one(host, ns, t, "Role", role, &owner).await?,
         one(host, ns, t, "RoleBinding", role_binding, &owner).await?,
+        one(host, ns, t, "NetworkPolicy", network_policy, &owner).await?,
         one(host, ns, t, "Service", service, &owner).await?,
         one::<Deployment>(host, ns, t, "Deployment", deployment, &owner).await?,
     ])

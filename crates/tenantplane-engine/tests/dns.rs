@@ -36,6 +36,7 @@ async fn the_controller_runs_the_tenant_dns_and_host_pods_resolve_through_it() {
         ("v1", "ServiceAccount"),
         ("rbac.authorization.k8s.io/v1", "RoleBinding"),
         ("apps/v1", "Deployment"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
     ] {
         let object = wait_for(&h.host_api(version, kind), name).await;
         let owners = object.metadata.owner_references.clone().unwrap_or_default();

@@ -1,11 +1,13 @@
 //! The host objects that run one TenantCluster's DNS server: a ServiceAccount,
 //! a Role that reads only Services, Endpoints and Pods of the host namespace, its
-//! RoleBinding, a Deployment running `tenantplane dns`, and its ClusterIP Service.
+//! RoleBinding, a Deployment running `tenantplane dns`, its ClusterIP Service, and
+//! a NetworkPolicy letting it through the isolation boundary.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -55,7 +57,7 @@ pub struct DnsServerSpec<'a> {
     pub cluster_domain: &'a str,
 }
 
-/// The five objects, without owner references (the engine adds them).
+/// The six objects, without owner references (the engine adds them).
 #[derive(Clone, Debug)]
 pub struct DnsObjects {
     pub service_account: ServiceAccount,
@@ -63,6 +65,9 @@ pub struct DnsObjects {
     pub role_binding: RoleBinding,
     pub deployment: Deployment,
     pub service: Service,
+    /// Added to the isolation policy (policies are a union): the server reaches the
+    /// host API server and the upstream resolver; only the namespace's Pods reach it.
+    pub network_policy: NetworkPolicy,
 }
 
 /// Builds the objects; `Err` only if the fixed shapes below stop deserialising.
@@ -137,7 +142,21 @@ pub fn dns_objects(spec: &DnsServerSpec<'_>) -> Result<DnsObjects, serde_json::E
             ],
         },
     }))?;
+    let network_policy = serde_json::from_value(json!({
+        "metadata": meta,
+        "spec": {
+            "podSelector": {"matchLabels": labels},
+            "policyTypes": ["Ingress", "Egress"],
+            // Only this tenant's host Pods (labels tenants cannot forge) may ask.
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {
+                LABEL_MANAGED_BY: MANAGED_BY_VALUE, LABEL_TENANT: spec.tenant}}}], "ports": [
+                {"port": CONTAINER_PORT, "protocol": "UDP"},
+                {"port": CONTAINER_PORT, "protocol": "TCP"}]}],
+            "egress": [{}],
+        },
+    }))?;
     Ok(DnsObjects {
+        network_policy,
         service_account,
         role,
         role_binding,
