@@ -2,7 +2,7 @@
 # The sync engine benchmark (not a test): provides the test API server binaries as
 # scripts/test.sh does, then runs `tenantplane-bench sync` in release mode.
 # Arguments go to the benchmark, e.g. scripts/bench.sh --objects 2000 --workers 16 --updates 200,
-# or scripts/bench.sh pods --pods 500 --workers 16
+# or scripts/bench.sh pods --pods 500 --workers 16, or scripts/bench.sh dns --services 1000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,6 @@ echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS" >&2
 
 # `scripts/bench.sh pods --pods 500` runs the Pod benchmark; anything else is `sync`.
 case "${1:-}" in
-  sync|pods) cargo run --release --locked -p tenantplane-bench -- "$@" ;;
+  sync|pods|dns) cargo run --release --locked -p tenantplane-bench -- "$@" ;;
   *) cargo run --release --locked -p tenantplane-bench -- sync "$@" ;;
 esac

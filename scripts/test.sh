@@ -23,6 +23,13 @@ if [[ $(id -u) -eq 0 ]]; then
 else
   echo "not root: the real-node tests will skip"
 fi
+step "dig for the DNS tests"
+if ! command -v dig >/dev/null; then
+  as_root=(); ((EUID == 0)) || as_root=(sudo)
+  "${as_root[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq bind9-dnsutils
+fi
+dig -v 2>&1
 
 step "cargo fmt --check"
 cargo fmt --all --check

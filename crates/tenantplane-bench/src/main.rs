@@ -5,6 +5,7 @@
 //! Not a test: it prints a report and fails only on errors, never on a missed
 //! target (those are marked MISSED).
 
+mod dns;
 mod pods;
 mod procfs;
 
@@ -74,6 +75,8 @@ enum Command {
     Sync(SyncArgs),
     /// Pods with 2 ConfigMaps and 1 Secret each, tenant -> host, against a plain client.
     Pods(pods::PodArgs),
+    /// Queries per second and p99 of `tenantplane dns`, against a plain UDP responder.
+    Dns(dns::DnsArgs),
 }
 
 #[derive(clap::Args, Clone, Copy)]
@@ -111,6 +114,7 @@ async fn main() -> Result<()> {
     match cli.command {
         Command::Sync(args) => sync_benchmark(args).await,
         Command::Pods(args) => pods::pod_benchmark(args).await,
+        Command::Dns(args) => dns::dns_benchmark(args).await,
     }
 }
 
@@ -308,6 +312,8 @@ impl RunningController {
             host_unreachable_release:
                 tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
             service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
+            // No Pod runs here: host Pods keep the host's DNS.
+            dns: None,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Self {

@@ -4,6 +4,7 @@
 
 pub mod compare;
 pub mod conditions;
+pub mod dns;
 pub mod explain;
 pub mod isolation;
 pub mod kinds;

@@ -111,6 +111,7 @@ fn ctx() -> HostPodContext {
             rules: None,
         },
         api_endpoint: TenantApiEndpoint::from_url("https://10.0.0.1:6443"),
+        dns: Default::default(),
     }
 }
 

@@ -83,6 +83,9 @@ pub struct ControllerConfig {
     /// The host's service CIDR, for provisioned tenant API servers
     /// ([`crate::provision::DEFAULT_SERVICE_CIDR`] by default).
     pub service_cidr: String,
+    /// Runs a DNS server per TenantCluster and points host Pods at it; `None`
+    /// leaves host Pods on the host's DNS.
+    pub dns: Option<crate::tenant_dns::DnsDeployment>,
 }
 
 /// The TenantCluster condition saying whether tenant Services can carry their host
@@ -423,6 +426,13 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
     let key = (namespace.clone(), name.clone());
     let Resolution { isolation, outcome } =
         resolve(tc, &namespace, host, &ctx.config.service_cidr).await?;
+    // The tenant's DNS server, once its namespace's boundary is in place. Its host
+    // Pods wait for the DNS Service's IP, so a failure here shows as their Skips.
+    if let (Some(dns), Ok(_)) = (&ctx.config.dns, &outcome)
+        && let Err(error) = crate::tenant_dns::apply_tenant_dns(host, tc, dns).await
+    {
+        tracing::warn!(tenant = %name, namespace = %namespace, %error, "tenant DNS not applied");
+    }
     let mut engines = ctx.engines.lock().await;
     let mut status = tc.status.clone().unwrap_or_default();
     let mut conditions = ConditionSet::new(&status.conditions, tc.metadata.generation);
@@ -522,6 +532,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                             endpoint: Some(resolved.endpoint.clone()),
                             synced_kinds: Default::default(),
                             host_unreachable_release: ctx.config.host_unreachable_release,
+                            dns_domain: ctx.config.dns.as_ref().map(|d| d.cluster_domain.clone()),
                         },
                     },
                     sender,

@@ -17,3 +17,4 @@ pub mod provision;
 pub mod provisioner;
 pub mod queue;
 pub mod tenancy;
+pub mod tenant_dns;

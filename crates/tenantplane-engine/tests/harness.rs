@@ -20,6 +20,7 @@ use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::decisions::TenantDecision;
 use tenantplane_engine::metrics::Metrics;
+use tenantplane_engine::tenant_dns::DnsDeployment;
 use tenantplane_testenv::{ApiServer, TestEnv};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -68,6 +69,11 @@ pub const HOST_UNREACHABLE_RELEASE: std::time::Duration = std::time::Duration::f
 
 impl Controller {
     pub async fn start(host: &Client) -> Controller {
+        Self::start_with_dns(host, None).await
+    }
+
+    /// With a DNS server per TenantCluster (its Deployment never runs: no kubelet).
+    pub async fn start_with_dns(host: &Client, dns: Option<DnsDeployment>) -> Controller {
         // Logs only when asked for: RUST_LOG=tenantplane_engine=debug cargo test ...
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -85,6 +91,7 @@ impl Controller {
             // Short, so tests of a host that does not answer finish quickly.
             host_unreachable_release: HOST_UNREACHABLE_RELEASE,
             service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
+            dns,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Controller {

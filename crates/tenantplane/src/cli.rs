@@ -6,6 +6,7 @@ use tenantplane_core::explain::{ExplainRequest, explain, explain_object};
 use tenantplane_core::selectors::TenantNamespaces;
 
 use crate::controller::{self, ControllerArgs};
+use crate::dns::{self, DnsArgs};
 use crate::output::{self, Format};
 use crate::render::{self, RenderTarget};
 use crate::up::{self, UpArgs};
@@ -40,6 +41,8 @@ pub enum Command {
     Why(WhyArgs),
     /// A local playground: host and tenant API servers, tenantplane, decisions as they happen.
     Up(UpArgs),
+    /// Serve one TenantCluster's DNS (its Services and Pods under the cluster domain).
+    Dns(DnsArgs),
     /// Print every tenantplane CRD as one YAML stream.
     Crds,
     /// Print the version.
@@ -108,6 +111,7 @@ pub fn run(cli: Cli) -> anyhow::Result<String> {
         Command::Webhook(args) => webhook::run(args).map(|()| String::new()),
         Command::Controller(args) => controller::run(args).map(|()| String::new()),
         Command::Why(args) => why::run(args),
+        Command::Dns(args) => dns::run(args).map(|()| String::new()),
         // `up` prints decisions as they happen, so it writes stdout itself.
         Command::Up(args) => up::run(args).map(|()| String::new()),
         Command::Crds => tenantplane_api::crds_yaml().context("rendering CRDs"),

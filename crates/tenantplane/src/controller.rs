@@ -70,6 +70,16 @@ pub struct ControllerArgs {
     /// carries its host copy's ClusterIP.
     #[arg(long, default_value = tenantplane_engine::provision::DEFAULT_SERVICE_CIDR)]
     pub service_cidr: String,
+    /// Image of each TenantCluster's DNS server (`tenantplane dns`): this
+    /// controller's own image by default.
+    #[arg(long, env = "TENANTPLANE_DNS_IMAGE", default_value = concat!("tenantplane:", env!("CARGO_PKG_VERSION")))]
+    pub dns_image: String,
+    /// The tenants' cluster domain, served by their DNS servers.
+    #[arg(long, default_value = tenantplane_core::dns::DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
+    /// Run no DNS server per TenantCluster: host Pods keep the host's DNS.
+    #[arg(long)]
+    pub no_tenant_dns: bool,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
@@ -145,6 +155,10 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
         );
         let host_unreachable_release = Duration::from_secs(args.host_unreachable_release_secs);
         let service_cidr = args.service_cidr.clone();
+        let dns = (!args.no_tenant_dns).then(|| tenantplane_engine::tenant_dns::DnsDeployment {
+            image: args.dns_image.clone(),
+            cluster_domain: tenantplane_core::dns::normalize(&args.cluster_domain),
+        });
         move || ControllerConfig {
             host: host.clone(),
             metrics: Arc::clone(&metrics),
@@ -153,6 +167,7 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             workers,
             host_unreachable_release,
             service_cidr: service_cidr.clone(),
+            dns: dns.clone(),
         }
     };
     let make_tenant_config = {

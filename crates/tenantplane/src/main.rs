@@ -3,6 +3,7 @@
 
 mod cli;
 mod controller;
+mod dns;
 mod kube_client;
 mod logging;
 mod output;

@@ -199,6 +199,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         host_unreachable_release: tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
         // Only external control planes here (the testenv servers share one range).
         service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
+        // No Pod runs here: host Pods keep the host's DNS.
+        dns: None,
     };
     let controller = tokio::spawn(controller::run(config, shutdown.clone()));
 

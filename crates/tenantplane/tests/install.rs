@@ -288,6 +288,22 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"group": "admissionregistration.k8s.io", "resource": "mutatingwebhookconfigurations", "verb": "get", "name": "tenantplane-namespaces"}),
         ),
         (
+            "run a tenant DNS server",
+            json!({"group": "apps", "resource": "deployments", "verb": "patch", "namespace": "team-dev"}),
+        ),
+        (
+            "give it a service account",
+            json!({"resource": "serviceaccounts", "verb": "create", "namespace": "team-dev"}),
+        ),
+        (
+            "give it a role",
+            json!({"group": "rbac.authorization.k8s.io", "resource": "roles", "verb": "create", "namespace": "team-dev"}),
+        ),
+        (
+            "hold what the tenant DNS role grants",
+            json!({"resource": "endpoints", "verb": "watch", "namespace": "team-dev"}),
+        ),
+        (
             "hold its lease",
             json!({"group": "coordination.k8s.io", "resource": "leases", "verb": "update", "namespace": "tenantplane-system"}),
         ),

@@ -14,6 +14,7 @@ use crate::names::NameError;
 use crate::naming::{SourceName, host_name, identity_hash};
 use crate::transform::{Placement, TenantTarget, TransformError, to_host};
 
+use super::dns::{PodDns, apply_pod_dns};
 use super::isolation::{PodControls, PodRefusal, check_pod};
 use super::refs::{CONTAINER_LISTS, PodReference, pod_references};
 
@@ -69,6 +70,8 @@ pub struct HostPodContext {
     pub controls: PodControls,
     /// `None` leaves the host's own API server in place (nothing to point at).
     pub api_endpoint: Option<TenantApiEndpoint>,
+    /// How the host Pod resolves names (the tenant's DNS server once it has an IP).
+    pub dns: PodDns,
 }
 
 /// One projected service-account token the host Pod mounts from its token Secret.
@@ -213,6 +216,7 @@ pub fn to_host_pod(
     if let Some(endpoint) = &ctx.api_endpoint {
         point_at_tenant_api(spec, endpoint);
     }
+    apply_pod_dns(spec, &placement.virtual_namespace, &ctx.dns);
     Ok(HostPod {
         placement,
         object,
@@ -400,6 +404,7 @@ mod tests {
                 rules: None,
             },
             api_endpoint: TenantApiEndpoint::from_url("https://10.0.0.7:6443"),
+            dns: PodDns::Unchanged,
         }
     }
 

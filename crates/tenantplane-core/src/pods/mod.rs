@@ -3,6 +3,7 @@
 //! a host Secret, the IsolationProfile enforced), PVC/PV copies, what flows back to
 //! the tenant, and which dependency copies are still needed.
 
+pub mod dns;
 pub mod host_pod;
 pub mod isolation;
 pub mod node;
@@ -12,6 +13,7 @@ pub mod status;
 pub mod storage;
 pub mod tokens;
 
+pub use dns::{PodDns, apply_pod_dns};
 pub use host_pod::{
     HostPod, HostPodContext, HostPodError, TenantApiEndpoint, TokenProjection, to_host_pod,
 };

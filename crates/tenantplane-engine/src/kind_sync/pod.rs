@@ -18,6 +18,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
+use tenantplane_core::dns::dns_object_name;
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::naming::{SourceName, host_name};
@@ -31,8 +32,8 @@ use tenantplane_core::pods::status::{
 };
 use tenantplane_core::pods::storage::{secrets_held_by_volumes, volume_secrets};
 use tenantplane_core::pods::{
-    DependencyKind, HostPodContext, HostPodError, PodControls, TenantApiEndpoint, dependencies,
-    to_host_pod,
+    DependencyKind, HostPodContext, HostPodError, PodControls, PodDns, TenantApiEndpoint,
+    dependencies, to_host_pod,
 };
 use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::transform::dependency_to_host;
@@ -44,6 +45,7 @@ use super::outage::{HostOutages, is_unreachable, released_reason};
 use super::{Key, KindSyncer, SyncError, post_params, typed_value};
 use crate::deletion::{delete_exact, exactly};
 use crate::queue::WorkQueue;
+use crate::tenant_dns::dns_service_ip;
 
 /// How long a tenant object being deleted waits for a host API server that does
 /// not answer before its finalizer is released anyway.
@@ -65,6 +67,9 @@ pub struct PodSettings {
     /// A tenant Pod (or dependency) being deleted while the host does not answer
     /// keeps its finalizer at most this long.
     pub host_unreachable_release: Duration,
+    /// The cluster domain of the tenant's DNS server; `Some` makes every host Pod
+    /// resolve through it (and wait until its Service has an IP).
+    pub dns_domain: Option<String>,
 }
 
 impl Default for PodSettings {
@@ -74,13 +79,19 @@ impl Default for PodSettings {
             endpoint: None,
             synced_kinds: BTreeSet::new(),
             host_unreachable_release: DEFAULT_HOST_UNREACHABLE_RELEASE,
+            dns_domain: None,
         }
     }
 }
 
+/// How soon a Pod waiting for the tenant DNS Service's IP is tried again.
+const DNS_RETRY: Duration = Duration::from_secs(2);
+
 /// The Pod path's state, built once per syncer.
 pub(super) struct PodPath {
     context: HostPodContext,
+    /// See [`PodSettings::dns_domain`].
+    dns_domain: Option<String>,
     synced_kinds: BTreeSet<GroupKind>,
     events: Recorder,
     pub(super) outages: HostOutages,
@@ -115,7 +126,9 @@ impl PodPath {
                     .endpoint
                     .as_deref()
                     .and_then(TenantApiEndpoint::from_url),
+                dns: PodDns::Unchanged,
             },
+            dns_domain: settings.dns_domain,
             synced_kinds: settings.synced_kinds,
             events: Recorder::new(tenant, reporter),
             outages: HostOutages::new(settings.host_unreachable_release),
@@ -260,7 +273,32 @@ impl KindSyncer {
             tenant: &self.ctx.target.tenant,
         })
         .name;
-        let built = match to_host_pod(&self.ctx.target, tenant_pod, &path.context) {
+        let mut context = path.context.clone();
+        if let Some(domain) = &path.dns_domain {
+            let target = &self.ctx.target;
+            match dns_service_ip(&self.ctx.host, &target.host_namespace, &target.tenant).await {
+                Ok(Some(ip)) => {
+                    context.dns = PodDns::Tenant {
+                        nameserver: ip,
+                        cluster_domain: domain.clone(),
+                    }
+                }
+                Ok(None) => {
+                    let why = "waits for the tenant DNS: not ready (its Service has no IP yet)";
+                    self.skip_once(key, uid, &host_name, "", why.into());
+                    self.queue.add_after(key.clone(), DNS_RETRY);
+                    return Ok(());
+                }
+                Err(source) => {
+                    return Err(SyncError::Api {
+                        verb: "get",
+                        name: dns_object_name(&target.tenant),
+                        source,
+                    });
+                }
+            }
+        }
+        let built = match to_host_pod(&self.ctx.target, tenant_pod, &context) {
             Ok(built) => built,
             Err(err) => {
                 if let HostPodError::Refused(refusals) = &err
