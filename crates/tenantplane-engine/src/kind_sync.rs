@@ -37,8 +37,8 @@ use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
 mod dependency_finalizer;
-mod namespaces;
 mod ingress;
+mod namespaces;
 mod outage;
 mod pod;
 mod service;
