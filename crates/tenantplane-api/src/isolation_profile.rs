@@ -160,6 +160,10 @@ pub struct IsolationControls {
     /// Rate limit on this tenant's writes to the host API server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_fairness: Option<ApiFairness>,
+    /// IngressClasses a tenant Ingress may name (`spec.ingressClassName` or the
+    /// `kubernetes.io/ingress.class` annotation). Absent allows any; empty, none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_ingress_classes: Option<Vec<String>>,
 }
 
 /// A token bucket for one tenant's host writes.
@@ -198,6 +202,7 @@ impl From<EffectiveControls> for IsolationControls {
             block_host_path_volumes: Some(c.block_host_path_volumes),
             block_privileged_containers: Some(c.block_privileged_containers),
             api_fairness: Some(c.api_fairness),
+            allowed_ingress_classes: None,
         }
     }
 }

@@ -151,6 +151,20 @@ pub fn isolation_profile(spec: &IsolationProfileSpec) -> Vec<Violation> {
             &mut out,
         );
     }
+    for (i, class) in spec
+        .controls
+        .allowed_ingress_classes
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        check_subdomain(
+            &format!("spec.controls.allowedIngressClasses[{i}]"),
+            class,
+            "name an IngressClass",
+            &mut out,
+        );
+    }
     if let Some(fairness) = &spec.controls.api_fairness
         && fairness.burst < fairness.qps
     {
@@ -372,6 +386,17 @@ mod tests {
         );
         spec.controls.api_fairness = Some(ApiFairness { qps: 20, burst: 20 });
         spec.controls.runtime_class_name = Some("gvisor".into());
+        assert_eq!(isolation_profile(&spec), []);
+        spec.controls.allowed_ingress_classes =
+            Some(vec!["nginx".into(), "Bad_Class".into(), "a".repeat(254)]);
+        assert_eq!(
+            fields(&isolation_profile(&spec)),
+            [
+                "spec.controls.allowedIngressClasses[1]",
+                "spec.controls.allowedIngressClasses[2]"
+            ]
+        );
+        spec.controls.allowed_ingress_classes = Some(vec![]);
         assert_eq!(isolation_profile(&spec), []);
     }
 

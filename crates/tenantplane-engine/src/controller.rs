@@ -493,6 +493,8 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
             let fingerprint = digest(&json!({
                 "policy": resolved.policy.spec,
                 "controls": resolved.profile.spec.effective_controls(),
+                // Not in the effective controls: a changed list restarts the engine too.
+                "ingressClasses": resolved.profile.spec.controls.allowed_ingress_classes,
                 "secret": resolved.secret_version,
                 "uid": tc.uid(),
             }));
@@ -533,6 +535,12 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                             synced_kinds: Default::default(),
                             host_unreachable_release: ctx.config.host_unreachable_release,
                             dns_domain: ctx.config.dns.as_ref().map(|d| d.cluster_domain.clone()),
+                            allowed_ingress_classes: resolved
+                                .profile
+                                .spec
+                                .controls
+                                .allowed_ingress_classes
+                                .clone(),
                         },
                     },
                     sender,

@@ -590,3 +590,161 @@ async fn an_ingress_names_host_copies_is_refused_a_taken_host_name_and_gets_its_
     .await;
     controller.stop().await;
 }
+
+#[tokio::test]
+async fn an_ingress_tls_secret_is_copied_like_a_pod_dependency_and_collected_with_it() {
+    let h = Harness::start().await;
+    // Secrets are not synced for their own sake: only the Ingress brings its own.
+    create(
+        &h.host,
+        policy(
+            "web",
+            &[("v1", "Pod"), ("networking.k8s.io/v1", "Ingress")],
+            "2s",
+        ),
+    )
+    .await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev_with("fast", "web").await;
+    create(&h.tenant, json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "shop", "namespace": "default"},
+        "spec": {"tls": [{"hosts": ["shop.example.com"], "secretName": "shop-tls"}],
+                 "rules": [{"host": "shop.example.com", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                     "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}})).await;
+
+    // The Secret does not exist yet: a Skip naming it and the field, and no host copy.
+    let skip = eventually("a Skip naming the missing TLS Secret", || async {
+        h.decisions("dev")
+            .await
+            .into_iter()
+            .find(|d| d["action"] == "Skip" && d["tenant"]["name"] == "shop")
+    })
+    .await;
+    let reason = skip["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("default/shop-tls") && reason.contains("spec.tls[0].secretName"),
+        "{reason}"
+    );
+    let host_ingresses = h.host_api("networking.k8s.io/v1", "Ingress");
+    let host_ingress_name = predicted("shop", "default", "dev");
+    assert!(
+        host_ingresses
+            .get_opt(&host_ingress_name)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Once it exists, it is copied under the name the host Ingress refers to.
+    create(&h.tenant, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "shop-tls", "namespace": "default"},
+        "type": "kubernetes.io/tls", "stringData": {"tls.crt": "c", "tls.key": "k"}})).await;
+    let host_secrets = h.host_api("v1", "Secret");
+    let secret_name = predicted("shop-tls", "default", "dev");
+    let copy = wait_for(&host_secrets, &secret_name).await;
+    assert!(
+        copy.metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .contains_key("tenantplane.io/pod-dependency")
+    );
+    let host = wait_for(&host_ingresses, &host_ingress_name).await;
+    assert_eq!(host.data["spec"]["tls"][0]["secretName"], secret_name);
+    let tenant_secret = h
+        .tenant_api("v1", "Secret", "default")
+        .get("shop-tls")
+        .await
+        .unwrap();
+    assert!(
+        tenant_secret
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == "tenantplane.io/host-copy")
+    );
+
+    // Several passes with no Pod using it: the Ingress alone keeps it (the same
+    // copy, not one collected and made again).
+    controller.wait_passes("dev", 3).await;
+    let kept = host_secrets.get_opt(&secret_name).await.unwrap();
+    assert_eq!(kept.and_then(|s| s.metadata.uid), copy.metadata.uid);
+    assert!(
+        !h.decisions("dev")
+            .await
+            .iter()
+            .any(|d| d["action"] == "Delete" && d["kind"] == "Secret"),
+        "no Delete of the Secret copy while the Ingress uses it"
+    );
+
+    // No Ingress uses it any more: it is collected.
+    h.tenant_api("networking.k8s.io/v1", "Ingress", "default")
+        .delete("shop", &Default::default())
+        .await
+        .unwrap();
+    wait_gone(&host_secrets, &secret_name).await;
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn an_ingress_of_a_class_the_profile_does_not_allow_is_refused() {
+    let h = Harness::start().await;
+    create(
+        &h.host,
+        policy("web", &[("networking.k8s.io/v1", "Ingress")], "2s"),
+    )
+    .await;
+    create(&h.host, json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile", "metadata": {"name": "classes"},
+        "spec": {"level": "restricted", "controls": {"apiFairness": {"qps": 1000, "burst": 2000},
+                 "allowedIngressClasses": ["internal"]}}})).await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev_with("classes", "web").await;
+    let ingress = |name: &str, class: &str| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"ingressClassName": class,
+                 "rules": [{"host": format!("{name}.example.com"), "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                     "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}})
+    };
+    create(&h.tenant, ingress("public", "public")).await;
+    create(&h.tenant, ingress("allowed", "internal")).await;
+
+    let host_ingresses = h.host_api("networking.k8s.io/v1", "Ingress");
+    wait_for(&host_ingresses, &predicted("allowed", "default", "dev")).await;
+    let skip = eventually("a Skip naming the class", || async {
+        h.decisions("dev")
+            .await
+            .into_iter()
+            .find(|d| d["action"] == "Skip" && d["tenant"]["name"] == "public")
+    })
+    .await;
+    let reason = skip["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("\"public\"") && reason.contains("spec.ingressClassName"),
+        "{reason}"
+    );
+    let events = dynamic(&h.tenant, "events.k8s.io/v1", "Event", Some("default"));
+    let event = eventually("a Warning Event on the Ingress", || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.data["regarding"]["name"] == "public")
+    })
+    .await;
+    assert_eq!(event.data["type"], "Warning");
+    assert_eq!(event.data["reason"], "IsolationRefused");
+    assert_eq!(event.data["regarding"]["kind"], "Ingress");
+    controller.wait_passes("dev", 2).await;
+    assert!(
+        host_ingresses
+            .get_opt(&predicted("public", "default", "dev"))
+            .await
+            .unwrap()
+            .is_none(),
+        "no host copy for a class the profile does not allow"
+    );
+    controller.stop().await;
+}

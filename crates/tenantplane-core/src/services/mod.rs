@@ -5,3 +5,4 @@ pub mod address;
 pub mod endpoints;
 pub mod env;
 pub mod ingress;
+pub mod ingress_refs;

@@ -1,14 +1,20 @@
 //! The Ingress path of a [`KindSyncer`]: the generic sync (the transform renames
 //! the backends and TLS Secrets), refused when a host name is already served by
-//! another Ingress on the host; the host's load balancer status flows back.
+//! another Ingress on the host or when its IngressClass is not allowed; its TLS
+//! Secrets are copied like Pod dependencies; the host's load balancer status
+//! flows back.
 
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
+use kube::runtime::events::{Recorder, Reporter};
 use serde_json::Value;
+use tenantplane_core::kinds::GroupKind;
+use tenantplane_core::pods::DependencyKind;
 use tenantplane_core::services::address::load_balancer_status;
 use tenantplane_core::services::ingress::host_collision;
+use tenantplane_core::services::ingress_refs::{class_refusal, tls_secrets};
 
-use super::pod::{put_status, str_at};
+use super::pod::{DependencyState, put_status, str_at, warn_tenant_object};
 use super::{Key, KindSyncer, SyncError};
 
 impl KindSyncer {
@@ -20,6 +26,32 @@ impl KindSyncer {
                 None => Ok(()),
             };
         };
+        let uid = str_at(&tenant, "/metadata/uid");
+        if let Some(reason) =
+            class_refusal(&tenant, self.ctx.pods.allowed_ingress_classes.as_deref())
+        {
+            let reason = format!("cannot be synced: {reason}");
+            if self.ingress_skip_is_new(&host_name, &reason) {
+                let events = Recorder::new(
+                    self.ctx.tenant.clone(),
+                    Reporter {
+                        controller: "tenantplane.io/sync-engine".into(),
+                        instance: None,
+                    },
+                );
+                warn_tenant_object(
+                    &events,
+                    &self.api_version,
+                    "Ingress",
+                    &tenant,
+                    "IsolationRefused",
+                    format!("not synced to the host: {reason}"),
+                )
+                .await;
+            }
+            self.skip_once(key, uid, &host_name, "ingress-class", reason);
+            return Ok(());
+        }
         // Every Ingress on the host: an ingress controller serves them all alike.
         let all: Api<DynamicObject> = Api::all_with(self.ctx.host.clone(), &self.host_resource);
         let others: Vec<Value> = all
@@ -42,11 +74,15 @@ impl KindSyncer {
         ) {
             self.skip_once(
                 key,
-                str_at(&tenant, "/metadata/uid"),
+                uid.clone(),
                 &host_name,
                 "ingress-host-name",
                 format!("cannot be synced: {reason}"),
             );
+            return Ok(());
+        }
+        if let Some(reason) = self.ensure_tls_secrets(key, &tenant).await? {
+            self.skip_once(key, uid, &host_name, "ingress-tls", reason);
             return Ok(());
         }
         self.apply(key, &tenant, host_obj.clone()).await?;
@@ -59,5 +95,47 @@ impl KindSyncer {
             put_status(&api, &tenant, status).await?;
         }
         Ok(())
+    }
+
+    /// Whether a Skip with this reason was not yet recorded for `host_name`.
+    fn ingress_skip_is_new(&self, host_name: &str, reason: &str) -> bool {
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        refused
+            .get(host_name)
+            .is_none_or(|(_, recorded)| recorded != reason)
+    }
+
+    /// Copies each TLS Secret the Ingress names to the host (the Pod dependency
+    /// path: finalizer, reference counting). Why the Ingress must wait, if it must.
+    async fn ensure_tls_secrets(
+        &self,
+        key: &Key,
+        tenant: &Value,
+    ) -> Result<Option<String>, SyncError> {
+        let synced = &self.ctx.pods.synced_kinds;
+        for (name, field) in tls_secrets(tenant) {
+            if !synced.contains(&GroupKind::new("", "Secret"))
+                && !synced.contains(&GroupKind::new("", "Pod"))
+            {
+                // Only the Pod path finalizes and collects dependency copies.
+                return Ok(Some(format!(
+                    "waits for Secret {}/{name} ({field}): neither Secrets nor Pods are in the SyncPolicy, so no copy of it can be kept",
+                    key.0
+                )));
+            }
+            let state = self
+                .ensure_copy(key, DependencyKind::Secret, &key.0, &name, &field, None)
+                .await?;
+            if let DependencyState::Waiting(why) = state {
+                return Ok(Some(format!(
+                    "waits for Secret {}/{name} ({field}): {why}",
+                    key.0
+                )));
+            }
+        }
+        Ok(None)
     }
 }

@@ -36,6 +36,8 @@ use tenantplane_core::pods::{
     dependencies, to_host_pod,
 };
 use tenantplane_core::provenance::reverse_lookup;
+use tenantplane_core::services::ingress::is_ingress;
+use tenantplane_core::services::ingress_refs::needed_by_ingresses;
 use tenantplane_core::transform::dependency_to_host;
 
 use super::dependency_finalizer::{
@@ -70,6 +72,8 @@ pub struct PodSettings {
     /// The cluster domain of the tenant's DNS server; `Some` makes every host Pod
     /// resolve through it (and wait until its Service has an IP).
     pub dns_domain: Option<String>,
+    /// The profile's `controls.allowedIngressClasses` (absent allows any).
+    pub allowed_ingress_classes: Option<Vec<String>>,
 }
 
 impl Default for PodSettings {
@@ -80,6 +84,7 @@ impl Default for PodSettings {
             synced_kinds: BTreeSet::new(),
             host_unreachable_release: DEFAULT_HOST_UNREACHABLE_RELEASE,
             dns_domain: None,
+            allowed_ingress_classes: None,
         }
     }
 }
@@ -382,26 +387,40 @@ impl KindSyncer {
     /// A Warning Event on the tenant Pod, where its owner looks.
     async fn warn_tenant_pod(&self, tenant_pod: &Value, reason: &str, note: String) {
         let Ok(path) = self.pod_path() else { return };
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: str_at(tenant_pod, "/metadata/name"),
-            namespace: str_at(tenant_pod, "/metadata/namespace"),
-            uid: str_at(tenant_pod, "/metadata/uid"),
-            ..ObjectReference::default()
-        };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Sync".into(),
-            secondary: None,
-        };
-        if let Err(err) = path.events.publish(&event, &reference).await {
-            tracing::warn!(%err, tenant = %self.ctx.target.tenant, "could not publish an event on a tenant Pod");
-        }
+        warn_tenant_object(&path.events, "v1", "Pod", tenant_pod, reason, note).await;
     }
+}
 
+/// A Warning Event on a tenant object, where its owner looks.
+pub(super) async fn warn_tenant_object(
+    events: &Recorder,
+    api_version: &str,
+    kind: &str,
+    object: &Value,
+    reason: &str,
+    note: String,
+) {
+    let reference = ObjectReference {
+        api_version: Some(api_version.into()),
+        kind: Some(kind.into()),
+        name: str_at(object, "/metadata/name"),
+        namespace: str_at(object, "/metadata/namespace"),
+        uid: str_at(object, "/metadata/uid"),
+        ..ObjectReference::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Sync".into(),
+        secondary: None,
+    };
+    if let Err(err) = events.publish(&event, &reference).await {
+        tracing::warn!(%err, kind, "could not publish an event on a tenant object");
+    }
+}
+
+impl KindSyncer {
     /// Makes sure the host copy of one dependency is there and current.
     async fn ensure_dependency(
         &self,
@@ -434,7 +453,8 @@ impl KindSyncer {
         field: &str,
         adjust: Option<&(dyn Fn(&mut Value) + Sync)>,
     ) -> Result<DependencyState, SyncError> {
-        let path = self.pod_path()?;
+        // Also used by the Ingress path (its TLS Secrets), which has no Pod path.
+        let synced_kinds = &self.ctx.pods.synced_kinds;
         let kind = dependency.as_str();
         let resource = core_resource(kind);
         let group_kind = dependency.group_kind();
@@ -454,7 +474,7 @@ impl KindSyncer {
                 "it is being deleted in the tenant".into(),
             ));
         }
-        let kind_synced = path.synced_kinds.contains(&group_kind);
+        let kind_synced = synced_kinds.contains(&group_kind);
         if !kind_synced {
             // The finalizer first: from then on the tenant object cannot disappear
             // before its host copy is gone.
@@ -489,7 +509,12 @@ impl KindSyncer {
         let observed = get_value(&host_api, &resource, &host_name).await?;
         let uid = str_at(&tenant_value, "/metadata/uid");
         let source = placement.source_identity(&self.ctx.target.tenant, uid.as_deref());
-        let why = format!("used by Pod {}/{} ({field})", pod.0, pod.1);
+        let user = if self.pods.is_some() {
+            "Pod"
+        } else {
+            self.group_kind.kind.as_str()
+        };
+        let why = format!("used by {user} {}/{} ({field})", pod.0, pod.1);
         let (action, object) = match plan_apply(&source, &desired, observed.as_ref(), None) {
             ApplyPlan::Noop => return Ok(DependencyState::Ready),
             ApplyPlan::Skip { reason } => return Ok(DependencyState::Waiting(reason)),
@@ -784,6 +809,8 @@ impl KindSyncer {
             .filter_map(|p| typed_value(p, &self.tenant_resource).ok())
             .collect();
         let mut needed = needed_dependencies(&pods);
+        // TLS Secrets of tenant Ingresses are copied the same way.
+        self.add_ingress_secrets(&mut needed).await?;
         // A needed claim's volume needs its CSI Secrets, which no Pod names. Read
         // from the tenant, so a Pod sync still copying them is never raced.
         self.add_volume_secrets(&mut needed).await?;
@@ -864,6 +891,28 @@ impl KindSyncer {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Adds the TLS Secrets tenant Ingresses name, when Ingresses are synced. Read
+    /// from the tenant, so an Ingress sync still copying them is never raced.
+    async fn add_ingress_secrets(
+        &self,
+        needed: &mut BTreeSet<DependencyKey>,
+    ) -> Result<(), SyncError> {
+        if !self.ctx.pods.synced_kinds.iter().any(is_ingress) {
+            return Ok(());
+        }
+        let resource =
+            ApiResource::from_gvk(&GroupVersionKind::gvk("networking.k8s.io", "v1", "Ingress"));
+        let ingresses = Api::<DynamicObject>::all_with(self.ctx.tenant.clone(), &resource)
+            .list(&ListParams::default())
+            .await
+            .map_err(api_error("list", "Ingress"))?
+            .into_iter()
+            .map(|i| to_value(&i))
+            .collect::<Result<Vec<_>, _>>()?;
+        needed.extend(needed_by_ingresses(&ingresses));
         Ok(())
     }
 
