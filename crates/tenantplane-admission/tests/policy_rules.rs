@@ -37,6 +37,9 @@ use tenantplane_testenv::{ApiServer, ApiServerOptions, TestEnv, TestUser};
 const DEADLINE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(100);
 const BY_NAMESPACES: &str = "admission webhook \"namespaces.tenantplane.io\" denied the request";
+/// Namespaces that carry (or carried) the tenant label go to the fail-closed webhook.
+const BY_TENANT_NAMESPACES: &str =
+    "admission webhook \"tenant-namespaces.tenantplane.io\" denied the request";
 const BY_RESOURCES: &str =
     "admission webhook \"tenant-resources.tenantplane.io\" denied the request";
 const BY_VALIDATE: &str = "admission webhook \"validate.tenantplane.io\" denied the request";
@@ -200,7 +203,7 @@ async fn start(name: &str, extra_args: &[&str], acme_rules: Value, beta_rules: V
     };
     // The namespace webhook is consulted once a foreign Tenant cannot be named.
     let bob_namespaces: Api<Namespace> = Api::all(cluster.bob.clone());
-    until_refused(BY_NAMESPACES, || {
+    until_refused(BY_TENANT_NAMESPACES, || {
         let api = bob_namespaces.clone();
         async move {
             let dry = PostParams {
@@ -536,7 +539,7 @@ async fn service_and_metadata_rules_judge_the_new_object_with_their_own_rule() {
                 &Patch::Merge(json!({"metadata": {"labels": {"tier": "gold"}}})),
             )
             .await,
-        BY_NAMESPACES,
+        BY_TENANT_NAMESPACES,
         &["metadata.namespaces.forbiddenLabels"],
     );
     // An admin may set it; the owner's later unrelated edit keeps it.
@@ -564,7 +567,7 @@ async fn service_and_metadata_rules_judge_the_new_object_with_their_own_rule() {
                 &Patch::Merge(json!({"metadata": {"labels": {"tier": "platinum"}}})),
             )
             .await,
-        BY_NAMESPACES,
+        BY_TENANT_NAMESPACES,
         &["metadata.namespaces.forbiddenLabels"],
     );
 }
