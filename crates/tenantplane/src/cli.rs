@@ -47,6 +47,33 @@ pub enum Command {
     Crds,
     /// Print the version.
     Version,
+    /// Print a shell completion script: `source <(tenantplane completion bash)`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The name the binary was run under decides how it presents itself: as
+/// `kubectl-tenantplane` (a symlink or copy on PATH) it is the kubectl plugin
+/// `kubectl tenantplane`, with kubectl's flags, help and completions named so.
+pub fn display_name(argv0: Option<&std::ffi::OsStr>) -> &'static str {
+    let base = argv0
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_stem)
+        .and_then(|s| s.to_str());
+    match base {
+        Some("kubectl-tenantplane") => "kubectl tenantplane",
+        _ => "tenantplane",
+    }
+}
+
+/// Parses the command line, presenting the binary under the name it was run as.
+pub fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let name = display_name(std::env::args_os().next().as_deref());
+    let matches = Cli::command().bin_name(name).try_get_matches()?;
+    Cli::from_arg_matches(&matches)
 }
 
 #[derive(Debug, clap::Args)]
@@ -115,6 +142,15 @@ pub fn run(cli: Cli) -> anyhow::Result<String> {
         // `up` prints decisions as they happen, so it writes stdout itself.
         Command::Up(args) => up::run(args).map(|()| String::new()),
         Command::Crds => tenantplane_api::crds_yaml().context("rendering CRDs"),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            let mut out = Vec::new();
+            // Completions follow the name the user types: for the plugin, kubectl
+            // completes `kubectl tenantplane` through the `kubectl-tenantplane` script.
+            let name = display_name(std::env::args_os().next().as_deref()).replace(' ', "-");
+            clap_complete::generate(shell, &mut Cli::command(), name, &mut out);
+            String::from_utf8(out).context("completion script is not UTF-8")
+        }
         Command::Version => Ok(format!(
             "tenantplane {} (API {}/{})\n",
             env!("CARGO_PKG_VERSION"),

@@ -15,10 +15,8 @@ mod why;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
+    let cli = match cli::parse() {
         Ok(cli) => cli,
         // Usage errors too are one line, like every other error.
         Err(err) if err.use_stderr() => {
