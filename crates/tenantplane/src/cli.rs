@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use tenantplane_core::explain::{ExplainRequest, explain, explain_object};
 use tenantplane_core::selectors::TenantNamespaces;
 
+use crate::connect::{self, ConnectArgs};
 use crate::controller::{self, ControllerArgs};
 use crate::dns::{self, DnsArgs};
 use crate::output::{self, Format};
@@ -39,6 +40,8 @@ pub enum Command {
     Controller(ControllerArgs),
     /// Explain a host object: the tenant object behind it and the latest decisions about it.
     Why(WhyArgs),
+    /// Print or merge into your kubeconfig the tenant's kubeconfig, as a context named after the TenantCluster.
+    Connect(ConnectArgs),
     /// A local playground: host and tenant API servers, tenantplane, decisions as they happen.
     Up(UpArgs),
     /// Serve one TenantCluster's DNS (its Services and Pods under the cluster domain).
@@ -138,6 +141,7 @@ pub fn run(cli: Cli) -> anyhow::Result<String> {
         Command::Webhook(args) => webhook::run(args).map(|()| String::new()),
         Command::Controller(args) => controller::run(args).map(|()| String::new()),
         Command::Why(args) => why::run(args),
+        Command::Connect(args) => connect::run(args),
         Command::Dns(args) => dns::run(args).map(|()| String::new()),
         // `up` prints decisions as they happen, so it writes stdout itself.
         Command::Up(args) => up::run(args).map(|()| String::new()),

@@ -2,6 +2,7 @@
 //! controller joins them.
 
 mod cli;
+mod connect;
 mod controller;
 mod dns;
 mod kube_client;

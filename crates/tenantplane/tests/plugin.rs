@@ -77,13 +77,7 @@ fn completions_cover_every_subcommand_for_bash_zsh_and_fish() {
     let binary = Path::new(env!("CARGO_BIN_EXE_tenantplane"));
     for shell in ["bash", "zsh", "fish"] {
         let script = stdout(&run(binary, &["completion", shell]));
-        for word in [
-            "why",
-            "render",
-            "explain-sync",
-            "completion",
-            "kubeconfig",
-        ] {
+        for word in ["why", "render", "explain-sync", "completion", "kubeconfig"] {
             assert!(script.contains(word), "{shell} completion lacks {word}");
         }
     }
