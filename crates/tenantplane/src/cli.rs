@@ -10,6 +10,7 @@ use crate::controller::{self, ControllerArgs};
 use crate::dns::{self, DnsArgs};
 use crate::output::{self, Format};
 use crate::render::{self, RenderTarget};
+use crate::status::{self, StatusArgs};
 use crate::up::{self, UpArgs};
 use crate::webhook::{self, WebhookArgs};
 use crate::why::{self, WhyArgs};
@@ -42,6 +43,8 @@ pub enum Command {
     Why(WhyArgs),
     /// Print or merge into your kubeconfig the tenant's kubeconfig, as a context named after the TenantCluster.
     Connect(ConnectArgs),
+    /// Every TenantCluster and Tenant at a glance: phase, synced kinds, last decision, recent errors.
+    Status(StatusArgs),
     /// A local playground: host and tenant API servers, tenantplane, decisions as they happen.
     Up(UpArgs),
     /// Serve one TenantCluster's DNS (its Services and Pods under the cluster domain).
@@ -142,6 +145,7 @@ pub fn run(cli: Cli) -> anyhow::Result<String> {
         Command::Controller(args) => controller::run(args).map(|()| String::new()),
         Command::Why(args) => why::run(args),
         Command::Connect(args) => connect::run(args),
+        Command::Status(args) => status::run(args),
         Command::Dns(args) => dns::run(args).map(|()| String::new()),
         // `up` prints decisions as they happen, so it writes stdout itself.
         Command::Up(args) => up::run(args).map(|()| String::new()),

@@ -9,6 +9,7 @@ mod kube_client;
 mod logging;
 mod output;
 mod render;
+mod status;
 mod up;
 mod webhook;
 mod why;
