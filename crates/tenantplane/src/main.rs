@@ -12,6 +12,7 @@ mod render;
 mod status;
 mod up;
 mod webhook;
+mod webhook_certificate;
 mod webhook_metrics;
 mod why;
 
