@@ -5,10 +5,12 @@ use clap::{Parser, Subcommand};
 use tenantplane_core::explain::{ExplainRequest, explain, explain_object};
 use tenantplane_core::selectors::TenantNamespaces;
 
+use crate::connect::{self, ConnectArgs};
 use crate::controller::{self, ControllerArgs};
 use crate::dns::{self, DnsArgs};
 use crate::output::{self, Format};
 use crate::render::{self, RenderTarget};
+use crate::status::{self, StatusArgs};
 use crate::up::{self, UpArgs};
 use crate::webhook::{self, WebhookArgs};
 use crate::why::{self, WhyArgs};
@@ -39,6 +41,10 @@ pub enum Command {
     Controller(ControllerArgs),
     /// Explain a host object: the tenant object behind it and the latest decisions about it.
     Why(WhyArgs),
+    /// Print or merge into your kubeconfig the tenant's kubeconfig, as a context named after the TenantCluster.
+    Connect(ConnectArgs),
+    /// Every TenantCluster and Tenant at a glance: phase, synced kinds, last decision, recent errors.
+    Status(StatusArgs),
     /// A local playground: host and tenant API servers, tenantplane, decisions as they happen.
     Up(UpArgs),
     /// Serve one TenantCluster's DNS (its Services and Pods under the cluster domain).
@@ -47,6 +53,33 @@ pub enum Command {
     Crds,
     /// Print the version.
     Version,
+    /// Print a shell completion script: `source <(tenantplane completion bash)`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The name the binary was run under decides how it presents itself: as
+/// `kubectl-tenantplane` (a symlink or copy on PATH) it is the kubectl plugin
+/// `kubectl tenantplane`, with kubectl's flags, help and completions named so.
+pub fn display_name(argv0: Option<&std::ffi::OsStr>) -> &'static str {
+    let base = argv0
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_stem)
+        .and_then(|s| s.to_str());
+    match base {
+        Some("kubectl-tenantplane") => "kubectl tenantplane",
+        _ => "tenantplane",
+    }
+}
+
+/// Parses the command line, presenting the binary under the name it was run as.
+pub fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let name = display_name(std::env::args_os().next().as_deref());
+    let matches = Cli::command().bin_name(name).try_get_matches()?;
+    Cli::from_arg_matches(&matches)
 }
 
 #[derive(Debug, clap::Args)]
@@ -111,10 +144,21 @@ pub fn run(cli: Cli) -> anyhow::Result<String> {
         Command::Webhook(args) => webhook::run(args).map(|()| String::new()),
         Command::Controller(args) => controller::run(args).map(|()| String::new()),
         Command::Why(args) => why::run(args),
+        Command::Connect(args) => connect::run(args),
+        Command::Status(args) => status::run(args),
         Command::Dns(args) => dns::run(args).map(|()| String::new()),
         // `up` prints decisions as they happen, so it writes stdout itself.
         Command::Up(args) => up::run(args).map(|()| String::new()),
         Command::Crds => tenantplane_api::crds_yaml().context("rendering CRDs"),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            let mut out = Vec::new();
+            // Completions follow the name the user types: for the plugin, kubectl
+            // completes `kubectl tenantplane` through the `kubectl-tenantplane` script.
+            let name = display_name(std::env::args_os().next().as_deref()).replace(' ', "-");
+            clap_complete::generate(shell, &mut Cli::command(), name, &mut out);
+            String::from_utf8(out).context("completion script is not UTF-8")
+        }
         Command::Version => Ok(format!(
             "tenantplane {} (API {}/{})\n",
             env!("CARGO_PKG_VERSION"),

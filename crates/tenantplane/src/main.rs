@@ -2,23 +2,25 @@
 //! controller joins them.
 
 mod cli;
+mod connect;
 mod controller;
 mod dns;
 mod kube_client;
 mod logging;
 mod output;
 mod render;
+mod status;
 mod up;
 mod webhook;
+mod webhook_certificate;
+mod webhook_metrics;
 mod why;
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
+    let cli = match cli::parse() {
         Ok(cli) => cli,
         // Usage errors too are one line, like every other error.
         Err(err) if err.use_stderr() => {

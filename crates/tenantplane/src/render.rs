@@ -21,6 +21,9 @@ use crate::output::{self, Format};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum RenderTarget {
+    /// A CA and the webhook's serving certificate made by tenantplane, written into
+    /// the self-signed kustomize overlay (instead of cert-manager).
+    WebhookCertificate(crate::webhook_certificate::WebhookCertificateArgs),
     /// A TenantCluster.
     Tenantcluster {
         name: String,
@@ -137,6 +140,7 @@ pub enum ModeArg {
 
 pub fn run(target: RenderTarget) -> anyhow::Result<String> {
     match target {
+        RenderTarget::WebhookCertificate(args) => crate::webhook_certificate::run(args),
         RenderTarget::Tenantcluster {
             name,
             namespace,

@@ -1,5 +1,6 @@
 //! `tenantplane webhook`: the validating admission webhook server, and with
-//! `--namespace-tenancy` the namespace tenancy (mutating) admission too.
+//! `--namespace-tenancy` the namespace tenancy (mutating) admission too; `/metrics`
+//! counts requests and denials by path and their latency.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -79,16 +80,18 @@ pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
         let app = if args.namespace_tenancy {
             let client = crate::kube_client::connect(args.kubeconfig.as_deref()).await?;
             tracing::info!(listen = %addr, admin_groups = ?args.admin_groups, admin_users = ?args.admin_users,
-                "tenantplane webhook serving /validate, /namespaces, /tenant-resources and /healthz");
+                "tenantplane webhook serving /validate, /namespaces, /tenant-resources, /metrics and /healthz");
             let admins = tenantplane_admission::Admins {
                 groups: args.admin_groups,
                 users: args.admin_users,
             };
             tenantplane_admission::router_with_tenancy(client, admins)
         } else {
-            tracing::info!(listen = %addr, "tenantplane webhook serving /validate and /healthz");
+            tracing::info!(listen = %addr, "tenantplane webhook serving /validate, /metrics and /healthz");
             tenantplane_admission::router()
         };
+        // Requests and denials by path, latency, and GET /metrics beside the webhooks.
+        let app = crate::webhook_metrics::instrument(app);
         tenantplane_admission::serve_router(listener, tls, app, shutdown).await?;
         tracing::info!("tenantplane webhook stopped");
         Ok(())

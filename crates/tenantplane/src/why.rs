@@ -2,7 +2,6 @@
 //! exists, from its reverse-mapping metadata and the decisions recorded about it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use kube::api::{ApiResource, DynamicObject};
@@ -26,8 +25,8 @@ pub struct WhyArgs {
     /// `.group` (`configmap/web-x-default-x-dev`, `svc/api-x-web-x-dev`,
     /// `widgets.example.com/gizmo-x-web-x-dev`).
     pub object: String,
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: kube_client::ClusterArgs,
     /// How many of the latest decisions to show.
     #[arg(long, default_value_t = 10)]
     pub decisions: usize,
@@ -79,7 +78,7 @@ pub fn run(args: WhyArgs) -> anyhow::Result<String> {
         .with_context(|| format!("{:?} is not KIND/NAME", args.object))?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let answer = runtime.block_on(async {
-        let client = kube_client::connect(args.kubeconfig.as_deref()).await?;
+        let client = args.cluster.client().await?;
         let resource = find_resource(&client, kind).await?;
         answer(&client, &resource, &args.namespace, name, args.decisions).await
     })?;
