@@ -6,7 +6,6 @@
 
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
-use kube::runtime::events::{Recorder, Reporter};
 use serde_json::Value;
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::pods::DependencyKind;
@@ -14,7 +13,7 @@ use tenantplane_core::services::address::load_balancer_status;
 use tenantplane_core::services::ingress::host_collision;
 use tenantplane_core::services::ingress_refs::{class_refusal, tls_secrets};
 
-use super::pod::{DependencyState, put_status, str_at, warn_tenant_object};
+use super::pod::{DependencyState, put_status, str_at};
 use super::{Key, KindSyncer, SyncError};
 
 impl KindSyncer {
@@ -32,15 +31,7 @@ impl KindSyncer {
         {
             let reason = format!("cannot be synced: {reason}");
             if self.ingress_skip_is_new(&host_name, &reason) {
-                let events = Recorder::new(
-                    self.ctx.tenant.clone(),
-                    Reporter {
-                        controller: "tenantplane.io/sync-engine".into(),
-                        instance: None,
-                    },
-                );
-                warn_tenant_object(
-                    &events,
+                self.warn_tenant_object(
                     &self.api_version,
                     "Ingress",
                     &tenant,

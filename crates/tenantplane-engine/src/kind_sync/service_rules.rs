@@ -5,13 +5,11 @@
 //! refusal is a Skip decision and a Warning Event `IsolationRefused` on the tenant
 //! Service, as on the Pod path.
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use serde_json::Value;
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::pods::check_service;
 
-use super::pod::str_at;
 use super::{Key, KindSyncer};
 
 impl KindSyncer {
@@ -39,8 +37,9 @@ impl KindSyncer {
         let refused = format!("refused by the IsolationProfile: {}", fields.join(", "));
         if self.skip_is_new(host_name, &refused) {
             self.warn_tenant_object(
-                tenant_value,
+                "v1",
                 "Service",
+                tenant_value,
                 "IsolationRefused",
                 format!(
                     "not synced to the host: the IsolationProfile refuses {}",
@@ -59,30 +58,23 @@ impl KindSyncer {
         true
     }
 
-    /// A Warning Event on a core (`v1`) tenant object, where its owner looks.
-    async fn warn_tenant_object(&self, object: &Value, kind: &str, reason: &str, note: String) {
-        let reporter = Reporter {
-            controller: "tenantplane.io/sync-engine".into(),
-            instance: None,
-        };
-        let recorder = Recorder::new(self.ctx.tenant.clone(), reporter);
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some(kind.into()),
-            name: str_at(object, "/metadata/name"),
-            namespace: str_at(object, "/metadata/namespace"),
-            uid: str_at(object, "/metadata/uid"),
-            ..ObjectReference::default()
-        };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Sync".into(),
-            secondary: None,
-        };
-        if let Err(err) = recorder.publish(&event, &reference).await {
-            tracing::warn!(%err, tenant = %self.ctx.target.tenant, kind, "could not publish an event on a tenant object");
-        }
+    /// A Warning Event on a tenant object, where its owner looks (the Pod, Service
+    /// and Ingress refusals all go through here).
+    pub(super) async fn warn_tenant_object(
+        &self,
+        api_version: &str,
+        kind: &str,
+        object: &Value,
+        reason: &str,
+        note: String,
+    ) {
+        let recorder = Recorder::new(
+            self.ctx.tenant.clone(),
+            Reporter {
+                controller: "tenantplane.io/sync-engine".into(),
+                instance: None,
+            },
+        );
+        super::pod::warn_tenant_object(&recorder, api_version, kind, object, reason, note).await;
     }
 }
