@@ -360,7 +360,8 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
                 .get_opt(&predicted("web", "shop", "dev"))
                 .await
                 .unwrap()?;
-            let tenant = tenant_services.get("web").await.unwrap();
+            // Absent for a moment while it is recreated with the host address.
+            let tenant = tenant_services.get_opt("web").await.unwrap()?;
             (ip(&host).is_some() && ip(&host) == ip(&tenant)).then(|| ip(&host).unwrap())
         }
     })
@@ -458,6 +459,32 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
     );
     assert_eq!(endpoints.metadata.labels.as_ref().unwrap()["tier"], "front");
 
+    // The same tenant Pod in the Service's EndpointSlice (the 1.20 tenant serves
+    // discovery.k8s.io/v1beta1; its own endpointslice controller is off).
+    let tenant_slices = h.tenant_api("discovery.k8s.io/v1beta1", "EndpointSlice", "shop");
+    let slice = eventually("the tenant Service's EndpointSlice from the host", || {
+        let tenant_slices = tenant_slices.clone();
+        async move { tenant_slices.get_opt("web").await.unwrap() }
+    })
+    .await;
+    assert_eq!(slice.data["addressType"], "IPv4");
+    assert_eq!(slice.data["endpoints"][0]["addresses"], json!(["10.2.0.9"]));
+    assert_eq!(
+        slice.data["endpoints"][0]["targetRef"],
+        json!({"kind": "Pod", "namespace": "shop", "name": "web-1", "uid": tenant_pod_uid})
+    );
+    assert_eq!(slice.data["endpoints"][0]["conditions"]["ready"], true);
+    assert_eq!(
+        slice.data["ports"],
+        json!([{"name": "http", "port": 8080, "protocol": "TCP"}])
+    );
+    let slice_labels = slice.metadata.labels.as_ref().unwrap();
+    assert_eq!(slice_labels["kubernetes.io/service-name"], "web");
+    assert_eq!(
+        slice_labels["endpointslice.kubernetes.io/managed-by"],
+        "tenantplane.io"
+    );
+
     // Settled: full passes write no Endpoints in the tenant.
     controller.wait_passes("dev", 1).await;
     let before = h.tenant_server.request_counts().await.unwrap();
@@ -469,6 +496,11 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
         .unwrap()
         .since(&before);
     assert_eq!(writes.writes(Some("endpoints")), 0, "tenant: {writes:?}");
+    assert_eq!(
+        writes.writes(Some("endpointslices")),
+        0,
+        "tenant: {writes:?}"
+    );
 
     // The Service goes: so do its Endpoints.
     h.tenant_api("v1", "Service", "shop")
@@ -479,6 +511,18 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
         let tenant_endpoints = tenant_endpoints.clone();
         async move {
             tenant_endpoints
+                .get_opt("web")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    eventually("the tenant EndpointSlice gone with the Service", || {
+        let tenant_slices = tenant_slices.clone();
+        async move {
+            tenant_slices
                 .get_opt("web")
                 .await
                 .unwrap()
