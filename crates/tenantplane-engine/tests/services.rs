@@ -485,6 +485,30 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
         "tenantplane.io"
     );
 
+    // A slice tenantplane does not manage, named as a Service, is left alone.
+    create(&h.tenant, json!({"apiVersion": "discovery.k8s.io/v1beta1", "kind": "EndpointSlice",
+        "metadata": {"name": "api", "namespace": "shop", "labels": {
+            "kubernetes.io/service-name": "api", "endpointslice.kubernetes.io/managed-by": "someone-else"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["10.9.9.9"]}], "ports": []})).await;
+    let foreign = tenant_slices.get("api").await.unwrap();
+    create(
+        &h.tenant,
+        json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "api", "namespace": "shop"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 81, "targetPort": 8080}]}}),
+    )
+    .await;
+    eventually("the second Service's Endpoints from the host", || {
+        let tenant_endpoints = tenant_endpoints.clone();
+        async move {
+            let e = tenant_endpoints.get_opt("api").await.unwrap()?;
+            e.data["subsets"][0]["addresses"][0]["ip"]
+                .is_string()
+                .then_some(())
+        }
+    })
+    .await;
+
     // Settled: full passes write no Endpoints in the tenant.
     controller.wait_passes("dev", 1).await;
     let before = h.tenant_server.request_counts().await.unwrap();
@@ -531,6 +555,15 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
         }
     })
     .await;
+    // The foreign slice is still there, unchanged.
+    assert_eq!(
+        tenant_slices
+            .get_opt("api")
+            .await
+            .unwrap()
+            .and_then(|s| s.metadata.resource_version),
+        foreign.metadata.resource_version
+    );
     controller.stop().await;
 }
 
