@@ -42,6 +42,7 @@ mod namespaces;
 mod outage;
 mod pod;
 mod service;
+mod service_endpoint_slice;
 mod service_endpoints;
 mod service_env;
 mod service_rules;

@@ -461,6 +461,56 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
     );
     assert_eq!(endpoints.metadata.labels.as_ref().unwrap()["tier"], "front");
 
+    // The same tenant Pod in the Service's EndpointSlice (the 1.20 tenant serves
+    // discovery.k8s.io/v1beta1; its own endpointslice controller is off).
+    let tenant_slices = h.tenant_api("discovery.k8s.io/v1beta1", "EndpointSlice", "shop");
+    let slice = eventually("the tenant Service's EndpointSlice from the host", || {
+        let tenant_slices = tenant_slices.clone();
+        async move { tenant_slices.get_opt("web").await.unwrap() }
+    })
+    .await;
+    assert_eq!(slice.data["addressType"], "IPv4");
+    assert_eq!(slice.data["endpoints"][0]["addresses"], json!(["10.2.0.9"]));
+    assert_eq!(
+        slice.data["endpoints"][0]["targetRef"],
+        json!({"kind": "Pod", "namespace": "shop", "name": "web-1", "uid": tenant_pod_uid})
+    );
+    assert_eq!(slice.data["endpoints"][0]["conditions"]["ready"], true);
+    assert_eq!(
+        slice.data["ports"],
+        json!([{"name": "http", "port": 8080, "protocol": "TCP"}])
+    );
+    let slice_labels = slice.metadata.labels.as_ref().unwrap();
+    assert_eq!(slice_labels["kubernetes.io/service-name"], "web");
+    assert_eq!(
+        slice_labels["endpointslice.kubernetes.io/managed-by"],
+        "tenantplane.io"
+    );
+
+    // A slice tenantplane does not manage, named as a Service, is left alone.
+    create(&h.tenant, json!({"apiVersion": "discovery.k8s.io/v1beta1", "kind": "EndpointSlice",
+        "metadata": {"name": "api", "namespace": "shop", "labels": {
+            "kubernetes.io/service-name": "api", "endpointslice.kubernetes.io/managed-by": "someone-else"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["10.9.9.9"]}], "ports": []})).await;
+    let foreign = tenant_slices.get("api").await.unwrap();
+    create(
+        &h.tenant,
+        json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "api", "namespace": "shop"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 81, "targetPort": 8080}]}}),
+    )
+    .await;
+    eventually("the second Service's Endpoints from the host", || {
+        let tenant_endpoints = tenant_endpoints.clone();
+        async move {
+            let e = tenant_endpoints.get_opt("api").await.unwrap()?;
+            e.data["subsets"][0]["addresses"][0]["ip"]
+                .is_string()
+                .then_some(())
+        }
+    })
+    .await;
+
     // Settled: full passes write no Endpoints in the tenant.
     controller.wait_passes("dev", 1).await;
     let before = h.tenant_server.request_counts().await.unwrap();
@@ -472,6 +522,11 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
         .unwrap()
         .since(&before);
     assert_eq!(writes.writes(Some("endpoints")), 0, "tenant: {writes:?}");
+    assert_eq!(
+        writes.writes(Some("endpointslices")),
+        0,
+        "tenant: {writes:?}"
+    );
 
     // The Service goes: so do its Endpoints.
     h.tenant_api("v1", "Service", "shop")
@@ -490,6 +545,27 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
         }
     })
     .await;
+    eventually("the tenant EndpointSlice gone with the Service", || {
+        let tenant_slices = tenant_slices.clone();
+        async move {
+            tenant_slices
+                .get_opt("web")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    // The foreign slice is still there, unchanged.
+    assert_eq!(
+        tenant_slices
+            .get_opt("api")
+            .await
+            .unwrap()
+            .and_then(|s| s.metadata.resource_version),
+        foreign.metadata.resource_version
+    );
     controller.stop().await;
 }
 

@@ -2,6 +2,7 @@
 //! was given ([`address`]), and sees its real Endpoints ([`endpoints`]).
 
 pub mod address;
+pub mod endpoint_slice;
 pub mod endpoints;
 pub mod env;
 pub mod ingress;

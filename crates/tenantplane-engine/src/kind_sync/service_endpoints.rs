@@ -95,9 +95,11 @@ impl KindSyncer {
             Api::namespaced_with(self.ctx.tenant.clone(), &key.0, &resource);
         let observed = get_value(&api, &resource, &key.1).await?;
         let result = match &observed {
-            Some(observed) if endpoints_hold(&desired, observed) => return Ok(()),
+            Some(observed) if endpoints_hold(&desired, observed) => {
+                return self.sync_tenant_endpoint_slice(key, &desired).await;
+            }
             Some(observed) => {
-                let mut body = desired;
+                let mut body = desired.clone();
                 body["metadata"]["resourceVersion"] = observed
                     .pointer("/metadata/resourceVersion")
                     .cloned()
@@ -107,7 +109,7 @@ impl KindSyncer {
                 api.replace(&key.1, &post_params(), &body).await
             }
             None => {
-                let body: DynamicObject = serde_json::from_value(desired)
+                let body: DynamicObject = serde_json::from_value(desired.clone())
                     .map_err(|e| SyncError::Decode(e.to_string()))?;
                 api.create(&post_params(), &body).await
             }
@@ -115,7 +117,7 @@ impl KindSyncer {
         match result {
             Ok(_) => {
                 tracing::debug!(tenant = %self.ctx.target.tenant, namespace = %key.0, service = %key.1, "tenant Endpoints updated from the host");
-                Ok(())
+                self.sync_tenant_endpoint_slice(key, &desired).await
             }
             Err(source) => Err(SyncError::Api {
                 verb: "write the Endpoints of",
@@ -188,8 +190,10 @@ impl KindSyncer {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.ctx.tenant.clone(), &key.0, &resource);
         match api.delete(&key.1, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Ok(_) => self.remove_tenant_endpoint_slice(key).await,
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                self.remove_tenant_endpoint_slice(key).await
+            }
             Err(source) => Err(SyncError::Api {
                 verb: "delete the Endpoints of",
                 name: key.1.clone(),
