@@ -451,7 +451,12 @@ pub async fn wait_for_that(
 
 /// Waits until `name` no longer exists through `api`.
 pub async fn wait_gone(api: &Api<DynamicObject>, name: &str) {
-    eventually(&format!("{name} to be gone"), || async {
+    wait_gone_within(api, name, DEADLINE).await
+}
+
+/// [`wait_gone`] with a deadline of its own.
+pub async fn wait_gone_within(api: &Api<DynamicObject>, name: &str, deadline: Duration) {
+    eventually_within(&format!("{name} to be gone"), deadline, || async {
         api.get_opt(name).await.ok()?.is_none().then_some(())
     })
     .await
