@@ -11,7 +11,8 @@ use tenantplane_core::services::endpoint_slice::{
 };
 
 use super::pod::get_value;
-use super::{Key, KindSyncer, SyncError, post_params};
+use super::service_endpoints::replace_or_create;
+use super::{Key, KindSyncer, SyncError};
 
 const GROUP: &str = "discovery.k8s.io";
 
@@ -63,21 +64,7 @@ impl KindSyncer {
                 return Ok(());
             }
             Some(observed) if endpoint_slice_holds(&desired, observed) => return Ok(()),
-            Some(observed) => {
-                let mut body = desired;
-                body["metadata"]["resourceVersion"] = observed
-                    .pointer("/metadata/resourceVersion")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                let body: DynamicObject =
-                    serde_json::from_value(body).map_err(|e| SyncError::Decode(e.to_string()))?;
-                api.replace(&key.1, &post_params(), &body).await
-            }
-            None => {
-                let body: DynamicObject = serde_json::from_value(desired)
-                    .map_err(|e| SyncError::Decode(e.to_string()))?;
-                api.create(&post_params(), &body).await
-            }
+            _ => replace_or_create(&api, &key.1, desired, observed.as_ref()).await?,
         };
         match result {
             Ok(_) => {

@@ -98,21 +98,7 @@ impl KindSyncer {
             Some(observed) if endpoints_hold(&desired, observed) => {
                 return self.sync_tenant_endpoint_slice(key, &desired).await;
             }
-            Some(observed) => {
-                let mut body = desired.clone();
-                body["metadata"]["resourceVersion"] = observed
-                    .pointer("/metadata/resourceVersion")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                let body: DynamicObject =
-                    serde_json::from_value(body).map_err(|e| SyncError::Decode(e.to_string()))?;
-                api.replace(&key.1, &post_params(), &body).await
-            }
-            None => {
-                let body: DynamicObject = serde_json::from_value(desired.clone())
-                    .map_err(|e| SyncError::Decode(e.to_string()))?;
-                api.create(&post_params(), &body).await
-            }
+            _ => replace_or_create(&api, &key.1, desired.clone(), observed.as_ref()).await?,
         };
         match result {
             Ok(_) => {
@@ -201,4 +187,27 @@ impl KindSyncer {
             }),
         }
     }
+}
+
+/// Writes `desired` over `observed` (a PUT with its resourceVersion, so a change made
+/// meanwhile is a conflict, not lost), or creates it when nothing is there. The outer
+/// error is a body that does not decode; the inner one is the API server's answer.
+pub(super) async fn replace_or_create(
+    api: &Api<DynamicObject>,
+    name: &str,
+    mut desired: Value,
+    observed: Option<&Value>,
+) -> Result<Result<DynamicObject, kube::Error>, SyncError> {
+    if let Some(observed) = observed {
+        desired["metadata"]["resourceVersion"] = observed
+            .pointer("/metadata/resourceVersion")
+            .cloned()
+            .unwrap_or(Value::Null);
+    }
+    let body: DynamicObject =
+        serde_json::from_value(desired).map_err(|e| SyncError::Decode(e.to_string()))?;
+    Ok(match observed {
+        Some(_) => api.replace(name, &post_params(), &body).await,
+        None => api.create(&post_params(), &body).await,
+    })
 }
