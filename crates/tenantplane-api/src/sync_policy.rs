@@ -177,6 +177,34 @@ pub struct SyncResource {
     pub kind: String,
     #[serde(default)]
     pub direction: SyncDirection,
+    /// For `bidirectional` kinds: who owns which field, overriding the default
+    /// (`spec`, labels and annotations belong to the tenant, `status` to the host).
+    /// The longest matching path wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub field_ownership: Vec<FieldOwnershipRule>,
+}
+
+/// Who owns the fields under a path of a bidirectionally synced kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldOwnershipRule {
+    /// A JSON pointer into the object, such as `/spec/replicas` or
+    /// `/metadata/labels/team` (`~1` stands for `/` in a key).
+    #[schemars(regex(pattern = r"^(/[^/]+)+$"), length(max = 1024))]
+    pub path: String,
+    pub owner: FieldOwner,
+}
+
+/// The side whose changes to a field flow to the other side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum FieldOwner {
+    /// Tenant changes flow to the host; host changes are reverted.
+    Tenant,
+    /// Host changes flow to the tenant; tenant changes are reverted.
+    Host,
+    /// The field is not synced: each side keeps its own.
+    None,
 }
 
 /// Which way objects of a kind flow.
@@ -200,6 +228,7 @@ impl SyncPolicySpec {
             api_version: api_version.to_owned(),
             kind: kind.to_owned(),
             direction: SyncDirection::ToHost,
+            field_ownership: Vec::new(),
         };
         Self {
             conflict_policy: ConflictPolicy::Manual,

@@ -26,6 +26,7 @@ pub mod services;
 pub mod tenancy;
 pub mod tenant_admission;
 pub mod tenant_plan;
+pub mod three_way;
 pub mod transform;
 pub mod validation;
 pub mod versions;

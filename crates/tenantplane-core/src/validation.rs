@@ -405,6 +405,7 @@ mod tests {
             api_version: api_version.into(),
             kind: kind.into(),
             direction: SyncDirection::ToHost,
+            field_ownership: Vec::new(),
         }
     }
 
