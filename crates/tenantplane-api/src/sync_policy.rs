@@ -166,7 +166,7 @@ fn default_retain() -> u32 {
 }
 
 /// One kind to sync.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncResource {
     /// API version of the tenant kind, such as `v1` or `example.com/v1`.
@@ -182,6 +182,14 @@ pub struct SyncResource {
     /// The longest matching path wins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub field_ownership: Vec<FieldOwnershipRule>,
+    /// For `fromHost` cluster-scoped kinds: which host objects are copied (all
+    /// when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// For `fromHost` namespaced kinds: the host objects to copy and where they
+    /// appear in the tenant, each as `hostNamespace/name -> tenantNamespace/name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mappings: Vec<String>,
 }
 
 /// Who owns the fields under a path of a bidirectionally synced kind.
@@ -229,6 +237,8 @@ impl SyncPolicySpec {
             kind: kind.to_owned(),
             direction: SyncDirection::ToHost,
             field_ownership: Vec::new(),
+            selector: None,
+            mappings: Vec::new(),
         };
         Self {
             conflict_policy: ConflictPolicy::Manual,

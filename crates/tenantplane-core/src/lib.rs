@@ -6,6 +6,7 @@ pub mod compare;
 pub mod conditions;
 pub mod dns;
 pub mod explain;
+pub mod from_host;
 pub mod isolation;
 pub mod kinds;
 pub mod membership;

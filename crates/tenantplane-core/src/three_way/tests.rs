@@ -336,10 +336,11 @@ proptest! {
             if path.contains("tenantplane.io") { continue; }
             let (b, tv, hv) = (base.get(*path), t.get(*path), h.get(*path));
             let (mine, theirs) = match owner { Side::Tenant => (tv, hv), Side::Host => (hv, tv) };
-            let winner = if mine != b && theirs == b {
-                Some(mine)                       // only the owner changed it
-            } else if mine == b && theirs != b && b.is_some() {
-                Some(mine)                       // only the other side changed it: reverted
+            let only_owner_changed = mine != b && theirs == b;
+            // Only the other side changed it (not an addition): reverted to the owner's.
+            let only_other_changed = mine == b && theirs != b && b.is_some();
+            let winner = if only_owner_changed || only_other_changed {
+                Some(mine)
             } else if mine != b && theirs != b && mine != theirs {
                 match policy {                   // both changed it
                     ConflictPolicy::TenantWins => Some(tv),
