@@ -164,6 +164,10 @@ pub struct IsolationControls {
     /// `kubernetes.io/ingress.class` annotation). Absent allows any; empty, none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_ingress_classes: Option<Vec<String>>,
+    /// Host Secrets a SyncPolicy may copy into the tenant (`fromHost` mappings), as
+    /// `namespace/name`. Absent or empty: no host Secret is ever exposed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from_host_secrets: Vec<String>,
 }
 
 /// A token bucket for one tenant's host writes.
@@ -203,6 +207,7 @@ impl From<EffectiveControls> for IsolationControls {
             block_privileged_containers: Some(c.block_privileged_containers),
             api_fairness: Some(c.api_fairness),
             allowed_ingress_classes: None,
+            from_host_secrets: Vec::new(),
         }
     }
 }

@@ -39,8 +39,8 @@ pub use sync_decision::{
     TenantObjectRef,
 };
 pub use sync_policy::{
-    ConflictPolicy, DriftDetection, ExplainOptions, SyncDirection, SyncPolicy, SyncPolicySpec,
-    SyncResource,
+    ConflictPolicy, DriftDetection, ExplainOptions, FieldOwner, FieldOwnershipRule, SyncDirection,
+    SyncPolicy, SyncPolicySpec, SyncResource,
 };
 pub use tenant::{
     AdditionalMetadata, AdditionalRoleBinding, AllowedClasses, NAMESPACE_DELETER_ROLE,

@@ -166,7 +166,7 @@ fn default_retain() -> u32 {
 }
 
 /// One kind to sync.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncResource {
     /// API version of the tenant kind, such as `v1` or `example.com/v1`.
@@ -177,6 +177,42 @@ pub struct SyncResource {
     pub kind: String,
     #[serde(default)]
     pub direction: SyncDirection,
+    /// For `bidirectional` kinds: who owns which field, overriding the default
+    /// (`spec`, labels and annotations belong to the tenant, `status` to the host).
+    /// The longest matching path wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub field_ownership: Vec<FieldOwnershipRule>,
+    /// For `fromHost` cluster-scoped kinds: which host objects are copied (all
+    /// when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// For `fromHost` namespaced kinds: the host objects to copy and where they
+    /// appear in the tenant, each as `hostNamespace/name -> tenantNamespace/name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mappings: Vec<String>,
+}
+
+/// Who owns the fields under a path of a bidirectionally synced kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldOwnershipRule {
+    /// A JSON pointer into the object, such as `/spec/replicas` or
+    /// `/metadata/labels/team` (`~1` stands for `/` in a key).
+    #[schemars(regex(pattern = r"^(/[^/]+)+$"), length(max = 1024))]
+    pub path: String,
+    pub owner: FieldOwner,
+}
+
+/// The side whose changes to a field flow to the other side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum FieldOwner {
+    /// Tenant changes flow to the host; host changes are reverted.
+    Tenant,
+    /// Host changes flow to the tenant; tenant changes are reverted.
+    Host,
+    /// The field is not synced: each side keeps its own.
+    None,
 }
 
 /// Which way objects of a kind flow.
@@ -200,6 +236,9 @@ impl SyncPolicySpec {
             api_version: api_version.to_owned(),
             kind: kind.to_owned(),
             direction: SyncDirection::ToHost,
+            field_ownership: Vec::new(),
+            selector: None,
+            mappings: Vec::new(),
         };
         Self {
             conflict_policy: ConflictPolicy::Manual,

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use tenantplane_api::sync_policy::parse_interval;
-use tenantplane_api::{IsolationProfileSpec, SyncPolicySpec, TenantClusterSpec};
+use tenantplane_api::{IsolationProfileSpec, SyncDirection, SyncPolicySpec, TenantClusterSpec};
 
 use crate::kinds::{GroupKind, KindError};
 use crate::names::{NameRule, validate_tenant_name};
@@ -193,27 +193,63 @@ pub fn tenant(spec: &tenantplane_api::TenantSpec) -> Vec<Violation> {
 /// A SyncPolicy's spec.
 pub fn sync_policy(spec: &SyncPolicySpec) -> Vec<Violation> {
     let mut out = Vec::new();
-    let mut seen: BTreeMap<GroupKind, usize> = BTreeMap::new();
+    let mut seen: BTreeMap<(GroupKind, bool), usize> = BTreeMap::new();
     for (i, resource) in spec.resources.iter().enumerate() {
         let field = format!("spec.resources[{i}]");
-        match GroupKind::from_api_version(&resource.api_version, &resource.kind) {
-            Err(err) => out.push(Violation::new(field, err.to_string())),
-            Ok(group_kind) if group_kind.is_known_cluster_scoped() => {
-                let err = KindError::ClusterScoped { group_kind };
-                out.push(Violation::new(field, format!("{err}; remove it")));
+        let group_kind = match GroupKind::from_api_version(&resource.api_version, &resource.kind) {
+            Ok(group_kind) => group_kind,
+            Err(err) => {
+                out.push(Violation::new(field, err.to_string()));
+                continue;
             }
-            Ok(group_kind) => {
-                if let Some(first) = seen.get(&group_kind) {
-                    out.push(Violation::new(
-                        field,
-                        format!(
-                            "{group_kind} is already listed at spec.resources[{first}]: list each kind once"
-                        ),
-                    ));
-                } else {
-                    seen.insert(group_kind, i);
-                }
+        };
+        let from_host = resource.direction == SyncDirection::FromHost;
+        if group_kind.is_known_cluster_scoped() {
+            let refused = if from_host {
+                crate::from_host::check_kind(&group_kind, true, !resource.mappings.is_empty())
+                    .err()
+                    .map(|e| e.to_string())
+            } else {
+                let err = KindError::ClusterScoped {
+                    group_kind: group_kind.clone(),
+                };
+                Some(format!("{err}; remove it, or sync it fromHost"))
+            };
+            if let Some(message) = refused {
+                out.push(Violation::new(field, message));
+                continue;
             }
+        }
+        // A kind may be listed once per side: toHost or bidirectional, and fromHost
+        // (say, the tenant's ConfigMaps down, and a mapped CA bundle up).
+        match seen.get(&(group_kind.clone(), from_host)) {
+            Some(first) => out.push(Violation::new(
+                field,
+                format!(
+                    "{group_kind} is already listed at spec.resources[{first}]: list each kind once"
+                ),
+            )),
+            None => {
+                seen.insert((group_kind, from_host), i);
+            }
+        }
+    }
+    for (i, resource) in spec.resources.iter().enumerate() {
+        for (j, mapping) in resource.mappings.iter().enumerate() {
+            let field = format!("spec.resources[{i}].mappings[{j}]");
+            if resource.direction != SyncDirection::FromHost {
+                out.push(Violation::new(field, "mappings are for direction fromHost"));
+            } else if let Err(err) = crate::from_host::parse_mapping(mapping) {
+                out.push(Violation::new(field, err.to_string()));
+            }
+        }
+        if !resource.field_ownership.is_empty()
+            && resource.direction != SyncDirection::Bidirectional
+        {
+            out.push(Violation::new(
+                format!("spec.resources[{i}].fieldOwnership"),
+                "field ownership is for direction bidirectional",
+            ));
         }
     }
     let field = "spec.driftDetection.interval";
@@ -405,7 +441,46 @@ mod tests {
             api_version: api_version.into(),
             kind: kind.into(),
             direction: SyncDirection::ToHost,
+            field_ownership: Vec::new(),
+            selector: None,
+            mappings: Vec::new(),
         }
+    }
+
+    #[test]
+    fn from_host_kinds_and_mappings() {
+        let mut spec = SyncPolicySpec::default_policy();
+        let from_host = |api_version: &str, kind: &str, mappings: &[&str]| SyncResource {
+            direction: SyncDirection::FromHost,
+            mappings: mappings.iter().map(|m| (*m).to_owned()).collect(),
+            ..resource(api_version, kind)
+        };
+        spec.resources = vec![
+            resource("v1", "ConfigMap"),
+            from_host("v1", "ConfigMap", &["shared/ca -> default/ca"]),
+            from_host("storage.k8s.io/v1", "StorageClass", &[]),
+            from_host("rbac.authorization.k8s.io/v1", "ClusterRole", &[]),
+            from_host("v1", "Secret", &["shared/x -> nope"]),
+            SyncResource {
+                mappings: vec!["a/b -> c/d".into()],
+                ..resource("v1", "Service")
+            },
+            from_host("storage.k8s.io/v1", "StorageClass", &[]),
+        ];
+        let v = sync_policy(&spec);
+        assert_eq!(
+            fields(&v),
+            [
+                "spec.resources[3]",
+                "spec.resources[6]",
+                "spec.resources[4].mappings[0]",
+                "spec.resources[5].mappings[0]",
+            ],
+            "{v:?}"
+        );
+        assert!(v[0].message.contains("allow-list"), "{}", v[0]);
+        assert!(v[2].message.contains("not of the form"), "{}", v[2]);
+        assert!(v[3].message.contains("fromHost"), "{}", v[3]);
     }
 
     #[test]

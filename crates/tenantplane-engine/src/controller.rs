@@ -92,6 +92,10 @@ pub struct ControllerConfig {
 /// copies' ClusterIPs (the tenant API server serves the host's service CIDR).
 pub const SERVICE_CIDR_CONDITION: &str = "ServiceCIDR";
 
+/// The TenantCluster condition saying whether some bidirectionally synced object has
+/// a conflict left for a person (`conflictPolicy: manual`).
+pub const CONFLICTED_CONDITION: &str = "Conflicted";
+
 struct RunningEngine {
     fingerprint: String,
     engine: Engine,
@@ -495,6 +499,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 "controls": resolved.profile.spec.effective_controls(),
                 // Not in the effective controls: a changed list restarts the engine too.
                 "ingressClasses": resolved.profile.spec.controls.allowed_ingress_classes,
+                "fromHostSecrets": resolved.profile.spec.controls.from_host_secrets,
                 "secret": resolved.secret_version,
                 "uid": tc.uid(),
             }));
@@ -542,6 +547,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                                 .allowed_ingress_classes
                                 .clone(),
                         },
+                        from_host_secrets: resolved.profile.spec.controls.from_host_secrets.clone(),
                     },
                     sender,
                     Arc::clone(&ctx.config.metrics),
@@ -587,9 +593,8 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 let message = problems.join("; ");
                 let unavailable = running.is_some_and(|r| {
                     r.engine
-                        .kinds
-                        .values()
-                        .any(|k| matches!(k, KindState::Unavailable(_)))
+                        .all_kinds()
+                        .any(|(_, k)| matches!(k, KindState::Unavailable(_)))
                 });
                 let reason = if unavailable {
                     "KindUnavailable"
@@ -617,6 +622,20 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                     true,
                     "ServiceCIDRMatches",
                     "every synced Service carries its host copy's ClusterIP",
+                ),
+                None => {}
+            }
+            // Two-way conflicts left for a person (conflictPolicy manual); True while
+            // any object has one, False once every one is settled.
+            match running.and_then(|r| r.engine.conflicts.message()) {
+                Some(message) => {
+                    conditions.set(CONFLICTED_CONDITION, true, "Conflict", &message);
+                }
+                None if conditions.is(CONFLICTED_CONDITION, true) => conditions.set(
+                    CONFLICTED_CONDITION,
+                    false,
+                    "NoConflicts",
+                    "every bidirectional object agrees with its host copy",
                 ),
                 None => {}
             }

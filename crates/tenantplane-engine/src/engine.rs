@@ -11,12 +11,16 @@ use kube::api::GroupVersionKind;
 use kube::discovery::{Scope as DiscoveryScope, pinned_kind};
 use tenantplane_api::{ApiFairness, SyncDirection, SyncPolicySpec};
 use tenantplane_core::kinds::GroupKind;
+use tenantplane_core::three_way::FieldOwnership;
 use tenantplane_core::transform::TenantTarget;
 use tokio_util::sync::CancellationToken;
 
 use crate::decisions::DecisionSender;
 use crate::fairness::WriteBudget;
-use crate::kind_sync::{KindProgress, KindSyncer, PodSettings, ServiceCidrMismatches, SyncContext};
+use crate::kind_sync::{
+    ConflictedObjects, KindProgress, KindSyncer, KindTarget, PodSettings, ServiceCidrMismatches,
+    SyncContext, TwoWaySettings,
+};
 use crate::metrics::Metrics;
 
 /// What an engine is started with.
@@ -28,6 +32,8 @@ pub struct EngineSpec {
     pub workers: usize,
     /// How Pods are synced (isolation controls, the tenant API endpoint).
     pub pods: PodSettings,
+    /// Host Secrets the IsolationProfile lets cross fromHost (`namespace/name`).
+    pub from_host_secrets: Vec<String>,
 }
 
 /// The state of one kind of the policy.
@@ -46,10 +52,14 @@ pub struct Engine {
     cancel: CancellationToken,
     tasks: tokio::task::JoinSet<()>,
     pub kinds: BTreeMap<PolicyKind, KindState>,
+    /// The policy's fromHost kinds (a kind may also be listed toHost).
+    pub from_host: BTreeMap<PolicyKind, KindState>,
     /// The tenant API server, for releasing its Pods when the TenantCluster goes.
     pub tenant: Client,
     /// Tenant Services refused their host address (the `ServiceCIDR` condition).
     pub service_cidr: Arc<ServiceCidrMismatches>,
+    /// Bidirectional objects with unresolved conflicts (the `Conflicted` condition).
+    pub conflicts: Arc<ConflictedObjects>,
 }
 
 impl Engine {
@@ -92,26 +102,57 @@ impl Engine {
             resync,
             pods: pod_settings,
             service_cidr: Arc::default(),
+            conflicts: Arc::default(),
         });
         let cancel = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
         let mut kinds = BTreeMap::new();
+        let mut from_host = BTreeMap::new();
         for resource in &spec.policy.resources {
+            if resource.direction == SyncDirection::FromHost {
+                let key = (resource.api_version.clone(), resource.kind.clone());
+                let state = match start_from_host(&host, &tenant, resource, &spec.from_host_secrets)
+                    .await
+                {
+                    Ok(kind) => {
+                        let progress = Arc::new(KindProgress::default());
+                        tasks.spawn(crate::from_host::run(
+                            Arc::clone(&ctx),
+                            kind,
+                            Arc::clone(&progress),
+                            cancel.child_token(),
+                        ));
+                        KindState::Running(progress)
+                    }
+                    Err(reason) => KindState::Unavailable(reason),
+                };
+                from_host.insert(key, state);
+                continue;
+            }
             let key = (resource.api_version.clone(), resource.kind.clone());
             if kinds.contains_key(&key) {
                 continue;
             }
-            let state = match resource.direction {
-                SyncDirection::ToHost => {
+            let two_way = match resource.direction {
+                SyncDirection::ToHost => Ok(None),
+                SyncDirection::Bidirectional => two_way_settings(&spec.policy, resource).map(Some),
+                SyncDirection::FromHost => continue,
+            };
+            let state = match two_way {
+                Err(reason) => KindState::Unavailable(reason),
+                Ok(two_way) => {
                     match resolve(&host, &tenant, &resource.api_version, &resource.kind).await {
                         Ok((group_kind, tenant_resource, host_resource)) => {
                             let progress = Arc::new(KindProgress::default());
                             tasks.spawn(KindSyncer::run(
                                 Arc::clone(&ctx),
-                                resource.api_version.clone(),
-                                group_kind,
-                                tenant_resource,
-                                host_resource,
+                                KindTarget {
+                                    api_version: resource.api_version.clone(),
+                                    group_kind,
+                                    tenant_resource,
+                                    host_resource,
+                                    two_way,
+                                },
                                 Arc::clone(&progress),
                                 cancel.child_token(),
                             ));
@@ -120,10 +161,6 @@ impl Engine {
                         Err(reason) => KindState::Unavailable(reason),
                     }
                 }
-                other => KindState::Unavailable(format!(
-                    "{} {}: direction {other:?} is not implemented yet; only toHost syncs",
-                    resource.api_version, resource.kind
-                )),
             };
             kinds.insert(key, state);
         }
@@ -131,9 +168,16 @@ impl Engine {
             cancel,
             tasks,
             kinds,
+            from_host,
             tenant,
             service_cidr: Arc::clone(&ctx.service_cidr),
+            conflicts: Arc::clone(&ctx.conflicts),
         }
+    }
+
+    /// Every kind of the policy, toHost and bidirectional first, then fromHost.
+    pub fn all_kinds(&self) -> impl Iterator<Item = (&PolicyKind, &KindState)> {
+        self.kinds.iter().chain(self.from_host.iter())
     }
 
     /// Stops every syncer and waits for them.
@@ -144,7 +188,7 @@ impl Engine {
 
     /// Whether every running kind completed a pass, the last one without errors.
     pub fn synced(&self) -> bool {
-        self.kinds.values().all(|state| match state {
+        self.all_kinds().all(|(_, state)| match state {
             KindState::Running(p) => {
                 p.passes.load(Ordering::Relaxed) > 0
                     && p.last_pass_errors.load(Ordering::Relaxed) == 0
@@ -157,7 +201,7 @@ impl Engine {
     /// wrong: a freshly (re)started engine that has not finished looking.
     pub fn starting(&self) -> bool {
         let mut first_pass = false;
-        for state in self.kinds.values() {
+        for (_, state) in self.all_kinds() {
             match state {
                 KindState::Unavailable(_) => return false,
                 KindState::Running(p) => {
@@ -175,8 +219,7 @@ impl Engine {
 
     /// Why the engine is not synced, for the `Synced` condition.
     pub fn problems(&self) -> Vec<String> {
-        self.kinds
-            .iter()
+        self.all_kinds()
             .filter_map(|((api_version, kind), state)| match state {
                 KindState::Unavailable(reason) => Some(reason.clone()),
                 KindState::Running(p) if p.passes.load(Ordering::Relaxed) == 0 => {
@@ -198,6 +241,92 @@ impl Engine {
             })
             .collect()
     }
+}
+
+/// How a bidirectional kind is synced, or why it cannot be: Pods, Services and
+/// Ingresses have their own paths (spec down, status up) and stay toHost.
+fn two_way_settings(
+    policy: &SyncPolicySpec,
+    resource: &tenantplane_api::SyncResource,
+) -> Result<TwoWaySettings, String> {
+    let group_kind = GroupKind::from_api_version(&resource.api_version, &resource.kind)
+        .map_err(|e| e.to_string())?;
+    let dedicated = [
+        GroupKind::new("", "Pod"),
+        GroupKind::new("", "Service"),
+        GroupKind::new("networking.k8s.io", "Ingress"),
+    ];
+    if group_kind == GroupKind::new("", "Secret") {
+        // Two-way decisions name the values they write; Secret data never goes there.
+        return Err(format!(
+            "{} {}: direction bidirectional is not available for Secrets (decisions would carry their data); use toHost or fromHost",
+            resource.api_version, resource.kind
+        ));
+    }
+    if dedicated.contains(&group_kind) {
+        return Err(format!(
+            "{} {}: direction bidirectional is not available for {group_kind}, whose toHost path already brings its status back; use toHost",
+            resource.api_version, resource.kind
+        ));
+    }
+    Ok(TwoWaySettings {
+        ownership: FieldOwnership::bidirectional_default()
+            .with_overrides(&resource.field_ownership),
+        policy: policy.conflict_policy,
+    })
+}
+
+/// Resolves a fromHost kind on both API servers and checks it against the
+/// allow-list, its mappings against the profile.
+async fn start_from_host(
+    host: &Client,
+    tenant: &Client,
+    resource: &tenantplane_api::SyncResource,
+    allowed_secrets: &[String],
+) -> Result<crate::from_host::FromHostKind, String> {
+    let what = format!("{} {} (fromHost)", resource.api_version, resource.kind);
+    let group_kind = GroupKind::from_api_version(&resource.api_version, &resource.kind)
+        .map_err(|e| format!("{what}: {e}"))?;
+    let version = resource
+        .api_version
+        .rsplit('/')
+        .next()
+        .unwrap_or(&resource.api_version);
+    let gvk = GroupVersionKind::gvk(&group_kind.group, version, &resource.kind);
+    let (host_resource, caps) = pinned_kind(host, &gvk)
+        .await
+        .map_err(|e| format!("{what}: the host API server does not serve this kind ({e})"))?;
+    let (tenant_resource, _) = pinned_kind(tenant, &gvk)
+        .await
+        .map_err(|e| format!("{what}: the tenant API server does not serve this kind ({e}); install its CRD in the tenant"))?;
+    let cluster_scoped = caps.scope == DiscoveryScope::Cluster;
+    tenantplane_core::from_host::check_kind(
+        &group_kind,
+        cluster_scoped,
+        !resource.mappings.is_empty(),
+    )
+    .map_err(|e| format!("{what}: {e}"))?;
+    let mappings = resource
+        .mappings
+        .iter()
+        .map(|m| tenantplane_core::from_host::parse_mapping(m))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{what}: {e}"))?;
+    if let Some(selector) = &resource.selector {
+        tenantplane_core::selector::matches(selector, &Default::default())
+            .map_err(|e| format!("{what}: selector: {e}"))?;
+    }
+    let selector = resource.selector.clone();
+    Ok(crate::from_host::FromHostKind {
+        api_version: resource.api_version.clone(),
+        group_kind,
+        tenant_resource,
+        host_resource,
+        cluster_scoped,
+        selector,
+        mappings,
+        allowed_secrets: allowed_secrets.to_vec(),
+    })
 }
 
 /// Finds a kind on the tenant and the host, refusing cluster-scoped kinds.

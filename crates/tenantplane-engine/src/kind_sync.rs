@@ -48,10 +48,12 @@ mod service_env;
 mod service_rules;
 mod storage;
 mod tenant_view;
+mod two_way;
 
 pub use dependency_finalizer::LABEL_HOST_COPY;
 pub use pod::{DEFAULT_HOST_UNREACHABLE_RELEASE, PodSettings, release_pod_finalizers};
 pub use service::ServiceCidrMismatches;
+pub use two_way::{ConflictedObjects, TwoWaySettings};
 
 /// Watch retries: quick at first and capped at a few seconds (kube's default grows
 /// to 30s), so a tenant API server that comes back is seen again promptly.
@@ -106,6 +108,18 @@ pub struct SyncContext {
     pub pods: PodSettings,
     /// Tenant Services refused their host address, for the TenantCluster's condition.
     pub service_cidr: Arc<ServiceCidrMismatches>,
+    /// Bidirectional objects with unresolved conflicts, for the `Conflicted` condition.
+    pub conflicts: Arc<ConflictedObjects>,
+}
+
+/// The kind one [`KindSyncer`] syncs, resolved on both API servers.
+pub struct KindTarget {
+    pub api_version: String,
+    pub group_kind: GroupKind,
+    pub tenant_resource: ApiResource,
+    pub host_resource: ApiResource,
+    /// Set for bidirectional kinds.
+    pub two_way: Option<TwoWaySettings>,
 }
 
 /// Progress of one kind, read by the controller for conditions and by tests.
@@ -173,6 +187,10 @@ pub struct KindSyncer {
     namespaces: Option<Store<DynamicObject>>,
     /// Set for core Services: the tenant Service carries its host copy's address.
     services: Option<service::ServicePath>,
+    /// Set for bidirectional kinds.
+    two_way: Option<TwoWaySettings>,
+    /// Versions our own two-way writes replaced, to recognise a lagging cache.
+    superseded: two_way::SupersededVersions,
 }
 
 impl KindSyncer {
@@ -180,13 +198,17 @@ impl KindSyncer {
     /// `cancel` fires.
     pub async fn run(
         ctx: Arc<SyncContext>,
-        api_version: String,
-        group_kind: GroupKind,
-        tenant_resource: ApiResource,
-        host_resource: ApiResource,
+        kind: KindTarget,
         progress: Arc<KindProgress>,
         cancel: CancellationToken,
     ) {
+        let KindTarget {
+            api_version,
+            group_kind,
+            tenant_resource,
+            host_resource,
+            two_way,
+        } = kind;
         let group_kind_is_pod = group_kind == GroupKind::new("", "Pod");
         let group_kind_is_service = group_kind == GroupKind::new("", "Service");
         let tenant_api: Api<DynamicObject> = Api::all_with(ctx.tenant.clone(), &tenant_resource);
@@ -219,6 +241,8 @@ impl KindSyncer {
                 .then(|| pod::PodPath::new(ctx.pods.clone(), ctx.tenant.clone())),
             namespaces: namespace_cache.as_ref().map(|(_, store)| store.clone()),
             services: group_kind_is_service.then(service::ServicePath::new),
+            two_way,
+            superseded: Default::default(),
         });
         if let Some((writer, _)) = namespace_cache {
             let s = Arc::clone(&syncer);
@@ -543,9 +567,11 @@ impl KindSyncer {
     /// The tenant object of `key`, its host name, and its host copy, from the caches.
     fn cached_pair(&self, key: &Key) -> Result<(Option<Value>, String, Option<Value>), SyncError> {
         let tenant_ref = ObjectRef::new_with(&key.1, self.tenant_resource.clone()).within(&key.0);
+        // A fromHost copy is the host's object shown in the tenant: never synced back.
         let tenant_obj = self
             .tenant_store
             .get(&tenant_ref)
+            .filter(|o| !is_from_host_copy(o))
             .map(|o| typed_value(&o, &self.tenant_resource))
             .transpose()?;
         let host_name = host_name(&SourceName {
@@ -565,6 +591,21 @@ impl KindSyncer {
     }
 
     async fn sync(&self, key: &Key) -> Result<(), SyncError> {
+        if let Some(settings) = &self.two_way {
+            let (tenant_obj, host_name, host_obj) = self.cached_pair(key)?;
+            return match (tenant_obj, host_obj) {
+                (Some(tenant), Some(host)) => {
+                    self.sync_two_way(key, settings, &tenant, &host_name, &host)
+                        .await
+                }
+                (Some(tenant), None) => self.apply(key, &tenant, None).await,
+                (None, Some(host)) => {
+                    self.ctx.conflicts.clear(&self.group_kind.to_string(), key);
+                    self.collect(key, &host_name, &host).await
+                }
+                (None, None) => Ok(()),
+            };
+        }
         if self.pods.is_some() {
             return self.sync_pod(key).await;
         }
@@ -926,6 +967,17 @@ fn typed_value(object: &DynamicObject, resource: &ApiResource) -> Result<Value, 
         map.insert("kind".into(), Value::String(resource.kind.clone()));
     }
     Ok(value)
+}
+
+/// Whether a tenant object is tenantplane's fromHost copy of a host object.
+fn is_from_host_copy(object: &DynamicObject) -> bool {
+    use kube::ResourceExt;
+    use tenantplane_core::from_host::{ANNOTATION_HOST_SOURCE, LABEL_FROM_HOST};
+    object
+        .labels()
+        .get(LABEL_FROM_HOST)
+        .is_some_and(|v| v == "true")
+        && object.annotations().contains_key(ANNOTATION_HOST_SOURCE)
 }
 
 fn post_params() -> PostParams {

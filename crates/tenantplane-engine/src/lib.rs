@@ -8,6 +8,7 @@ pub mod decisions;
 mod deletion;
 pub mod engine;
 pub mod fairness;
+pub mod from_host;
 pub mod isolation;
 pub mod kind_sync;
 pub mod leader;

@@ -85,11 +85,11 @@ pub fn parse() -> Result<Cli, clap::Error> {
 #[derive(Debug, clap::Args)]
 pub struct ExplainSyncArgs {
     /// The TenantCluster's name.
-    #[arg(long)]
-    pub tenant: String,
+    #[arg(long, required_unless_present = "host_object")]
+    pub tenant: Option<String>,
     /// The TenantCluster's namespace on the host.
-    #[arg(long)]
-    pub tenant_namespace: String,
+    #[arg(long, required_unless_present = "host_object")]
+    pub tenant_namespace: Option<String>,
     /// The tenant object's name.
     #[arg(long, required_unless_present = "file")]
     pub name: Option<String>,
@@ -98,6 +98,15 @@ pub struct ExplainSyncArgs {
     /// namespace are used.
     #[arg(short = 'f', long = "filename", conflicts_with = "name")]
     pub file: Option<std::path::PathBuf>,
+    /// Two-way mode: the host object (YAML or JSON) to compare the tenant object
+    /// (`-f`) with. Prints what one pass would write on each side, and the
+    /// conflicts, for every direction and conflict policy.
+    #[arg(long, requires = "file")]
+    pub host_object: Option<std::path::PathBuf>,
+    /// Two-way mode: the content both sides last agreed on (YAML or JSON object).
+    /// Without it, the pass is the first one.
+    #[arg(long, requires = "host_object")]
+    pub base: Option<std::path::PathBuf>,
     /// The tenant object's namespace inside the tenant cluster.
     #[arg(long, default_value = "default")]
     pub virtual_namespace: String,
@@ -109,28 +118,60 @@ pub struct ExplainSyncArgs {
     pub output: Format,
 }
 
+/// Reads one object from a YAML or JSON file.
+fn read_object(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let object: serde_json::Value =
+        serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    if !object.is_object() {
+        anyhow::bail!("{} does not hold an object", path.display());
+    }
+    Ok(object)
+}
+
+/// `explain-sync -f T --host-object H [--base B]`: one two-way pass, predicted for
+/// every direction and policy with the engine's own planner.
+fn explain_two_way(
+    tenant_file: &std::path::Path,
+    host_file: &std::path::Path,
+    base_file: Option<&std::path::Path>,
+    format: Format,
+) -> anyhow::Result<String> {
+    use tenantplane_core::three_way::{every_direction, flatten};
+    let tenant = read_object(tenant_file)?;
+    let host = read_object(host_file)?;
+    let base = base_file.map(read_object).transpose()?.map(|b| flatten(&b));
+    let rows = every_direction(base.as_ref(), &tenant, &host, &[]);
+    output::render(&rows, format)
+}
+
 /// Runs a command and returns what it prints on stdout.
 pub fn run(cli: Cli) -> anyhow::Result<String> {
     match cli.command {
         Command::ExplainSync(args) => {
+            if let (Some(tenant_file), Some(host_file)) = (&args.file, &args.host_object) {
+                return explain_two_way(tenant_file, host_file, args.base.as_deref(), args.output);
+            }
+            let tenant = args.tenant.context("--tenant is required")?;
+            let tenant_namespace = args
+                .tenant_namespace
+                .context("--tenant-namespace is required")?;
             let explanation = match (&args.file, args.name) {
                 (Some(path), _) => {
-                    let text = std::fs::read_to_string(path)
-                        .with_context(|| format!("reading {}", path.display()))?;
-                    let object: serde_json::Value = serde_saphyr::from_str(&text)
-                        .with_context(|| format!("parsing {}", path.display()))?;
+                    let object = read_object(path)?;
                     // Offline there are no tenant namespaces to evaluate a labelled
                     // NetworkPolicy namespaceSelector against: it matches nothing.
                     explain_object(
-                        &args.tenant,
-                        &args.tenant_namespace,
+                        &tenant,
+                        &tenant_namespace,
                         &object,
                         &TenantNamespaces::new(),
                     )?
                 }
                 (None, name) => explain(&ExplainRequest {
-                    tenant: args.tenant,
-                    tenant_namespace: args.tenant_namespace,
+                    tenant,
+                    tenant_namespace,
                     virtual_namespace: args.virtual_namespace,
                     name: name.context("--name or -f is required")?,
                     api_version: args.api_version,

@@ -96,6 +96,112 @@ fn explain_sync_from_a_file_prints_the_rewritten_selectors_or_the_refusal() {
 }
 
 #[test]
+fn explain_sync_predicts_a_two_way_pass_for_every_direction_and_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let widget = |size: u32, ready: bool| {
+        format!(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n  namespace: shop\n\
+             spec:\n  size: {size}\nstatus:\n  ready: {ready}\n"
+        )
+    };
+    let (tenant, host, base) = (
+        dir.path().join("tenant.yaml"),
+        dir.path().join("host.yaml"),
+        dir.path().join("base.yaml"),
+    );
+    // Since the base (size 1, not ready) the tenant set size 2, the host set size 3
+    // and became ready.
+    std::fs::write(&tenant, widget(2, false)).unwrap();
+    std::fs::write(&host, widget(3, true)).unwrap();
+    std::fs::write(&base, widget(1, false)).unwrap();
+    let path = |p: &std::path::PathBuf| p.to_str().unwrap().to_owned();
+    let out = tenantplane(&[
+        "explain-sync",
+        "-o",
+        "json",
+        "-f",
+        &path(&tenant),
+        "--host-object",
+        &path(&host),
+        "--base",
+        &path(&base),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let row = |direction: &str, policy: Option<&str>| -> (String, Vec<String>) {
+        let row = rows
+            .iter()
+            .find(|r| r["direction"] == direction && r["conflictPolicy"].as_str() == policy)
+            .unwrap_or_else(|| panic!("no row {direction} {policy:?} in {rows:?}"));
+        let changes = row["changes"].as_array().unwrap();
+        (
+            row["action"].as_str().unwrap().to_owned(),
+            changes
+                .iter()
+                .map(|c| c.as_str().unwrap().to_owned())
+                .collect(),
+        )
+    };
+    assert_eq!(rows.len(), 5, "{rows:?}");
+
+    let (action, changes) = row("toHost", None);
+    assert_eq!(action, "Update");
+    assert!(
+        changes.contains(&"host: set /spec/size = 2 (both changed it; the tenant wins)".to_owned()),
+        "{changes:?}"
+    );
+    assert!(
+        !changes.iter().any(|c| c.contains("/status")),
+        "toHost leaves status alone: {changes:?}"
+    );
+
+    let (action, changes) = row("fromHost", None);
+    assert_eq!(action, "Update");
+    assert!(
+        changes.contains(&"tenant: set /spec/size = 3 (both changed it; the host wins)".to_owned()),
+        "{changes:?}"
+    );
+    assert!(
+        changes.contains(&"tenant: set /status/ready = true (the host changed it)".to_owned()),
+        "{changes:?}"
+    );
+
+    let (action, changes) = row("bidirectional", Some("manual"));
+    assert_eq!(action, "Skip");
+    assert!(
+        changes.contains(&"tenant: set /status/ready = true (the host changed it)".to_owned()),
+        "{changes:?}"
+    );
+    assert!(
+        changes.contains(
+            &"conflict: /spec/size is 2 in the tenant and 3 on the host: left alone (manual)"
+                .to_owned()
+        ),
+        "{changes:?}"
+    );
+    assert!(
+        !changes.iter().any(|c| c.starts_with("host:")),
+        "manual writes nothing to the host: {changes:?}"
+    );
+
+    let (_, changes) = row("bidirectional", Some("tenant-wins"));
+    assert!(
+        changes.contains(&"host: set /spec/size = 2 (both changed it; the tenant wins)".to_owned()),
+        "{changes:?}"
+    );
+    let (_, changes) = row("bidirectional", Some("host-wins"));
+    assert!(
+        changes.contains(&"tenant: set /spec/size = 3 (both changed it; the host wins)".to_owned()),
+        "{changes:?}"
+    );
+
+    // --base needs --host-object, which needs -f.
+    let out = tenantplane(&["explain-sync", "--base", &path(&base)]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
 fn explain_sync_json_is_machine_readable() {
     let out = tenantplane(&[
         "explain-sync",
