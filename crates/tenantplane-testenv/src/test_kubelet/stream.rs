@@ -25,7 +25,8 @@ use hyper_util::rt::TokioIo;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
 use super::Shared;
 use super::server::query_values;
@@ -344,9 +345,14 @@ fn status_frame(session: &Session, code: i32) -> Option<Vec<u8>> {
     Some(frame)
 }
 
-/// Sends a close frame and waits (bounded) for the caller's.
+/// Sends a close frame (1000, normal: kubectl's client takes a close without a
+/// code, 1005, for an error) and waits (bounded) for the caller's.
 async fn close(mut ws: Ws) {
-    if ws.close(None).await.is_err() {
+    let normal = CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    };
+    if ws.close(Some(normal)).await.is_err() {
         return;
     }
     let _ = tokio::time::timeout(CLOSE_GRACE, async {
@@ -357,6 +363,11 @@ async fn close(mut ws: Ws) {
 
 /// `/portForward/{ns}/{pod}`: an echo server on every requested port.
 pub(super) fn port_forward(shared: Arc<Shared>, mut request: Request) -> Response {
+    // The protocol first: SPDY carries its ports in stream headers, not the query.
+    let accepted = match accept(&mut request, &PORT_FORWARD_PROTOCOLS) {
+        Ok(a) => a,
+        Err(refusal) => return refusal,
+    };
     let mut ports = Vec::new();
     for value in query_values(&request, "port")
         .into_iter()
@@ -377,10 +388,6 @@ pub(super) fn port_forward(shared: Arc<Shared>, mut request: Request) -> Respons
     if ports.is_empty() {
         return refuse(StatusCode::BAD_REQUEST, "at least one port is required");
     }
-    let accepted = match accept(&mut request, &PORT_FORWARD_PROTOCOLS) {
-        Ok(a) => a,
-        Err(refusal) => return refusal,
-    };
     spawn_ws(&shared, accepted.on_upgrade, move |ws| {
         echo_ports(ws, ports)
     });
