@@ -464,6 +464,18 @@ async fn direct_calls_health_not_found_and_spdy() {
     let request = last_request(&kubelet, "/exec/");
     assert_eq!(request.status, 400);
     assert_eq!(request.header("upgrade"), Some("SPDY/3.1"));
+
+    // Dropping the kubelet closes its port.
+    let addr = kubelet.addr();
+    drop(kubelet);
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while tokio::net::TcpStream::connect(addr).await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{addr} still accepts connections after the kubelet was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn http_body_util_collect(response: http::Response<kube::client::Body>) -> String {
