@@ -88,9 +88,12 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
     wait_for(&w.h.host_api("v1", "Pod"), &host_name).await;
     kubelet.bind_pod(&w.h.host, HOST_NS, &host_name).await.unwrap();
     // The engine binds the tenant Pod to the tenant Node of the same name.
-    wait_for_that(&w.h.tenant_api("v1", "Pod", "shop"), "web", |p| {
-        p.data["spec"]["nodeName"] == NODE && p.data["status"]["phase"] == "Running"
-    })
+    wait_for_that(
+        &w.h.tenant_api("v1", "Pod", "shop"),
+        "web",
+        "bound to the tenant Node and Running",
+        |p| p.data["spec"]["nodeName"] == NODE && p.data["status"]["phase"] == "Running",
+    )
     .await;
 
     // kubectl logs: the host Pod's log, by the host Pod's name.
