@@ -11,7 +11,6 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use futures::TryStreamExt;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::core::v1::Pod;
@@ -77,11 +76,7 @@ fn status_response(code: StatusCode, reason: &str, message: String) -> Response 
 }
 
 /// The TenantCluster calling, or the 401 answer.
-fn caller(state: &KubeletState, request: &Request) -> Result<TenantClusterKey, Response> {
-    let fingerprint = request
-        .extensions()
-        .get::<Caller>()
-        .and_then(|c| c.0.clone());
+fn caller(state: &KubeletState, fingerprint: Option<String>) -> Result<TenantClusterKey, Response> {
     let unauthorized = |message: &str| {
         status_response(StatusCode::UNAUTHORIZED, "Unauthorized", message.to_owned())
     };
@@ -96,15 +91,20 @@ fn caller(state: &KubeletState, request: &Request) -> Result<TenantClusterKey, R
 
 /// Authenticates, then checks that the path names a synced Pod of the caller.
 /// Returns the host Pod's name, or the answer (401, 403 with a Skip decision, 502).
+/// The caller's fingerprint, as the connection recorded it.
+fn fingerprint(request: &Request) -> Option<String> {
+    request.extensions().get::<Caller>().and_then(|c| c.0.clone())
+}
+
 async fn authorize(
     state: &KubeletState,
-    request: &Request,
+    fingerprint: Option<String>,
     operation: &str,
     namespace: String,
     pod: String,
     container: Option<String>,
 ) -> Result<(PodTarget, String), Response> {
-    let tenant_cluster = caller(state, request)?;
+    let tenant_cluster = caller(state, fingerprint)?;
     let target = PodTarget {
         tenant_cluster,
         namespace,
@@ -205,14 +205,14 @@ fn number(name: &str, value: &Option<String>) -> Result<Option<i64>, Response> {
 async fn container_logs(
     State(state): State<KubeletState>,
     Path((namespace, pod, container)): Path<(String, String, String)>,
-    query: Option<Query<LogQuery>>,
+    query: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
     request: Request,
 ) -> Response {
-    let Some(Query(query)) = query else {
+    let Ok(Query(query)) = query else {
         return status_response(StatusCode::BAD_REQUEST, "BadRequest", "invalid query".into());
     };
     let (target, host_name) =
-        match authorize(&state, &request, "containerLogs", namespace, pod, Some(container)).await {
+        match authorize(&state, fingerprint(&request), "containerLogs", namespace, pod, Some(container)).await {
             Ok(found) => found,
             Err(answer) => return answer,
         };
@@ -235,7 +235,8 @@ async fn container_logs(
     let pods: Api<Pod> = Api::namespaced(state.host.clone(), &target.tenant_cluster.namespace);
     match pods.log_stream(&host_name, &params).await {
         Ok(reader) => {
-            let stream = tokio_util::io::ReaderStream::new(reader).map_err(std::io::Error::other);
+            use tokio_util::compat::FuturesAsyncReadCompatExt;
+            let stream = tokio_util::io::ReaderStream::new(reader.compat());
             let mut response = Body::from_stream(stream).into_response();
             response
                 .headers_mut()
@@ -282,7 +283,7 @@ async fn streaming(
     request: Request,
 ) -> Response {
     let (target, host_name) =
-        match authorize(&state, &request, kind.as_str(), namespace, pod, Some(container)).await {
+        match authorize(&state, fingerprint(&request), kind.as_str(), namespace, pod, Some(container)).await {
             Ok(found) => found,
             Err(answer) => return answer,
         };
@@ -298,7 +299,7 @@ async fn streaming(
         );
     }
     let pods: Api<Pod> = Api::namespaced(state.host.clone(), &target.tenant_cluster.namespace);
-    stream::upgrade(request, pods, host_name, target, kind, options)
+    stream::upgrade(request, pods, host_name, target, kind, options).await
 }
 
 async fn port_forward(
@@ -306,7 +307,7 @@ async fn port_forward(
     Path((namespace, pod)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    if let Err(answer) = authorize(&state, &request, "portForward", namespace, pod, None).await {
+    if let Err(answer) = authorize(&state, fingerprint(&request), "portForward", namespace, pod, None).await {
         return answer;
     }
     status_response(
@@ -397,7 +398,7 @@ async fn connection(
                 tracing::debug!(%peer, error = %err, "connection ended with an error");
             }
         }
-        _ = stop.wait_for(|stopped| *stopped) => {
+        () = async { let _ = stop.wait_for(|stopped| *stopped).await; } => {
             conn.as_mut().graceful_shutdown();
             let _ = conn.await;
         }

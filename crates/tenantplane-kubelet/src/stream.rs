@@ -264,7 +264,7 @@ where
         let _ = ws_tx.close().await;
     });
     let mut stdin = process.stdin();
-    let resize = process.terminal_size();
+    let mut resize = process.terminal_size();
     let status = process.take_status();
     let outputs = {
         let stdout = process.stdout();
@@ -304,7 +304,7 @@ where
                 }
                 RESIZE => {
                     if let (Some(tx), Ok(size)) =
-                        (resize.as_ref(), serde_json::from_slice::<TerminalSize>(payload))
+                        (resize.as_mut(), serde_json::from_slice::<TerminalSize>(payload))
                     {
                         let _ = tx.send(size).await;
                     }
