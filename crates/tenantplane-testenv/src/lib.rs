@@ -16,12 +16,14 @@ mod metrics;
 pub mod node;
 mod process;
 mod server;
+pub mod test_kubelet;
 
 pub use assets::Assets;
 pub use certs::{CertError, IssuedCert, TestCa};
 pub use metrics::{RequestCounts, WRITE_VERBS, parse_request_counts};
 pub use node::RealNode;
 pub use server::{ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser};
+pub use test_kubelet::{RecordedRequest, TestKubelet, TestKubeletOptions};
 
 /// Everything that can go wrong starting or talking to the test control plane.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +55,8 @@ pub enum Error {
     Cert(#[from] CertError),
     #[error("CRD {name} was not Established within {seconds}s")]
     CrdNotEstablished { name: String, seconds: u64 },
+    #[error("test kubelet: {0}")]
+    TestKubelet(String),
     #[error("real node: {0}")]
     Node(String),
     #[error("local image: {0}")]
