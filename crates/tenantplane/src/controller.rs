@@ -217,9 +217,10 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             make_tenant_config(),
             make_provisioner_config(),
         );
+        let routes = routes.clone();
         async move {
             tokio::join!(
-                controller::run_with_routes(clusters, routes.clone(), stop.clone()),
+                controller::run_with_routes(clusters, routes, stop.clone()),
                 tenancy::run(tenants, stop.clone()),
                 provisioner::run(guard, stop)
             );

@@ -32,7 +32,6 @@ pub struct KubeletArgs {
 pub struct Endpoint {
     pub address: SocketAddr,
     pub advertise_address: String,
-    pub registry: SharedRegistry,
     pub server: tokio::task::JoinHandle<()>,
     pub feeder: tokio::task::JoinHandle<()>,
 }
@@ -71,7 +70,6 @@ pub async fn start(
     Ok(Endpoint {
         address,
         advertise_address,
-        registry,
         server,
         feeder,
     })

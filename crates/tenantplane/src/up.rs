@@ -261,8 +261,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     println!();
     println!("  host   kubeconfig: {}", host_kc.display());
     println!(
-        "  kubelet endpoint:  https://{} (kubectl logs/exec/attach in the tenant)",
-        kubelet.address
+        "  kubelet endpoint:  https://{} (advertised as {}; kubectl logs/exec/attach in the tenant)",
+        kubelet.address, kubelet.advertise_address
     );
     println!("  tenant kubeconfig: {}", tenant_kc.display());
     println!();
