@@ -17,6 +17,8 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
 use crate::authz::PodTarget;
@@ -261,6 +263,12 @@ where
                 return;
             }
         }
+        // A normal closure (1000): kubectl reads a close without a code as an error.
+        let close = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        };
+        let _ = ws_tx.send(Message::Close(Some(close))).await;
         let _ = ws_tx.close().await;
     });
     let mut stdin = process.stdin();
@@ -288,7 +296,14 @@ where
         while let Some(message) = ws_rx.next().await {
             let data = match message {
                 Ok(Message::Binary(data)) => data,
-                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(Message::Close(frame)) => {
+                    tracing::debug!(?frame, "the caller closed the stream");
+                    break;
+                }
+                Err(err) => {
+                    tracing::debug!(error = %err, "reading from the caller failed");
+                    break;
+                }
                 Ok(_) => continue,
             };
             let Some((&channel, payload)) = data.split_first() else {
@@ -329,8 +344,12 @@ where
             return;
         }
     }
+    let status = match status {
+        Some(status) => status.await,
+        None => None,
+    };
+    tracing::debug!(?status, "the host process ended");
     if let Some(status) = status
-        && let Some(status) = status.await
         && let Ok(json) = serde_json::to_vec(&status)
     {
         let _ = out_tx.send(frame(STATUS, &json)).await;
