@@ -36,9 +36,7 @@ use tokio::sync::{Mutex, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use crate::conditions::ConditionSet;
-use crate::decisions::{
-    DecisionRoutes, MANAGER, RecorderConfig, TenantDecision, start_recorder,
-};
+use crate::decisions::{DecisionRoutes, MANAGER, RecorderConfig, TenantDecision, start_recorder};
 use crate::deletion::{delete_exact, exactly};
 use crate::engine::{Engine, EngineSpec, KindState};
 use crate::isolation::apply_isolation;

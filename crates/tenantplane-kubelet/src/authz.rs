@@ -57,7 +57,9 @@ pub fn check_host_pod(target: &PodTarget, host_name: &str, pod: &Pod) -> Result<
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let actual = pod.metadata.name.as_deref().unwrap_or_default();
     if actual != host_name {
-        return Err(format!("the host Pod is named {actual:?}, not {host_name:?}"));
+        return Err(format!(
+            "the host Pod is named {actual:?}, not {host_name:?}"
+        ));
     }
     match provenance(&target.identity(), actual, &labels, &annotations) {
         Provenance::Ours => {}
@@ -70,7 +72,12 @@ pub fn check_host_pod(target: &PodTarget, host_name: &str, pod: &Pod) -> Result<
     if let Some(container) = &target.container {
         let spec = pod.spec.as_ref();
         let mut names = spec
-            .map(|s| s.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>())
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+            })
             .unwrap_or_default();
         if let Some(init) = spec.and_then(|s| s.init_containers.as_ref()) {
             names.extend(init.iter().map(|c| c.name.as_str()));
@@ -158,8 +165,16 @@ mod tests {
 
     #[test]
     fn names_that_are_not_kubernetes_names_have_no_host_pod() {
-        for (ns, pod) in [("Shop", "web"), ("shop", "../web"), ("", "web"), ("shop", "")] {
-            assert!(target("dev", ns, pod, None).host_name().is_err(), "{ns}/{pod}");
+        for (ns, pod) in [
+            ("Shop", "web"),
+            ("shop", "../web"),
+            ("", "web"),
+            ("shop", ""),
+        ] {
+            assert!(
+                target("dev", ns, pod, None).host_name().is_err(),
+                "{ns}/{pod}"
+            );
         }
     }
 }

@@ -99,7 +99,9 @@ pub async fn run(host: Client, registry: SharedRegistry, shutdown: CancellationT
         }
         match build(&host).await {
             Ok(built) => registry.replace(built),
-            Err(err) => tracing::warn!(error = %err, "could not rebuild the kubelet registry; keeping the last one"),
+            Err(err) => {
+                tracing::warn!(error = %err, "could not rebuild the kubelet registry; keeping the last one")
+            }
         }
     }
 }

@@ -189,8 +189,10 @@ mod tests {
 
     #[test]
     fn a_registered_fingerprint_names_its_tenant_cluster_in_any_case() {
-        let (registry, conflicts) =
-            KubeletRegistry::from_entries([("AB12".to_owned(), key("dev")), ("cd34".into(), key("prod"))]);
+        let (registry, conflicts) = KubeletRegistry::from_entries([
+            ("AB12".to_owned(), key("dev")),
+            ("cd34".into(), key("prod")),
+        ]);
         assert!(conflicts.is_empty());
         assert_eq!(registry.lookup("ab12"), Some(&key("dev")));
         assert_eq!(registry.lookup("CD34"), Some(&key("prod")));
@@ -232,7 +234,10 @@ mod tests {
         assert_eq!(leaf, fingerprint_der(ca.cert.der()));
         assert_eq!(leaf.len(), 64);
         assert_ne!(leaf, fingerprint_pem(other.cert.pem().as_bytes()).unwrap());
-        assert_eq!(fingerprint_pem(b"hello"), Err(CertificateError::NoCertificate));
+        assert_eq!(
+            fingerprint_pem(b"hello"),
+            Err(CertificateError::NoCertificate)
+        );
         assert!(fingerprint_pem(b"").is_err());
     }
 }

@@ -58,7 +58,13 @@ pub fn router(state: KubeletState) -> Router {
         .route("/attach/{ns}/{pod}/{container}", any(attach))
         .route("/portForward/{ns}/{pod}", any(port_forward))
         .route("/run/{ns}/{pod}/{container}", any(not_implemented_run))
-        .fallback(|| async { status_response(StatusCode::NOT_FOUND, "NotFound", "no such kubelet path".to_owned()) })
+        .fallback(|| async {
+            status_response(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "no such kubelet path".to_owned(),
+            )
+        })
         .with_state(state)
 }
 
@@ -69,9 +75,10 @@ fn status_response(code: StatusCode, reason: &str, message: String) -> Response 
         "status": "Failure", "message": message, "reason": reason, "code": code.as_u16(),
     });
     let mut response = (code, body.to_string()).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -93,7 +100,10 @@ fn caller(state: &KubeletState, fingerprint: Option<String>) -> Result<TenantClu
 /// Returns the host Pod's name, or the answer (401, 403 with a Skip decision, 502).
 /// The caller's fingerprint, as the connection recorded it.
 fn fingerprint(request: &Request) -> Option<String> {
-    request.extensions().get::<Caller>().and_then(|c| c.0.clone())
+    request
+        .extensions()
+        .get::<Caller>()
+        .and_then(|c| c.0.clone())
 }
 
 async fn authorize(
@@ -111,9 +121,7 @@ async fn authorize(
         pod,
         container,
     };
-    let refuse = |host_name: &str, why: String| {
-        refuse(state, &target, operation, host_name, why)
-    };
+    let refuse = |host_name: &str, why: String| refuse(state, &target, operation, host_name, why);
     let host_name = match target.host_name() {
         Ok(name) => name,
         Err(why) => return Err(refuse("", why)),
@@ -169,7 +177,9 @@ fn refuse(
             },
             reason.clone(),
         ),
-        None => tracing::warn!(tenant = %tc, "no engine runs for the TenantCluster; the refusal is only logged"),
+        None => {
+            tracing::warn!(tenant = %tc, "no engine runs for the TenantCluster; the refusal is only logged")
+        }
     }
     status_response(StatusCode::FORBIDDEN, "Forbidden", reason)
 }
@@ -209,13 +219,25 @@ async fn container_logs(
     request: Request,
 ) -> Response {
     let Ok(Query(query)) = query else {
-        return status_response(StatusCode::BAD_REQUEST, "BadRequest", "invalid query".into());
+        return status_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "invalid query".into(),
+        );
     };
-    let (target, host_name) =
-        match authorize(&state, fingerprint(&request), "containerLogs", namespace, pod, Some(container)).await {
-            Ok(found) => found,
-            Err(answer) => return answer,
-        };
+    let (target, host_name) = match authorize(
+        &state,
+        fingerprint(&request),
+        "containerLogs",
+        namespace,
+        pod,
+        Some(container),
+    )
+    .await
+    {
+        Ok(found) => found,
+        Err(answer) => return answer,
+    };
     let params = (|| {
         Ok::<_, Response>(LogParams {
             container: target.container.clone(),
@@ -271,7 +293,15 @@ async fn attach(
     Path((namespace, pod, container)): Path<(String, String, String)>,
     request: Request,
 ) -> Response {
-    streaming(state, StreamKind::Attach, namespace, pod, container, request).await
+    streaming(
+        state,
+        StreamKind::Attach,
+        namespace,
+        pod,
+        container,
+        request,
+    )
+    .await
 }
 
 async fn streaming(
@@ -282,11 +312,19 @@ async fn streaming(
     container: String,
     request: Request,
 ) -> Response {
-    let (target, host_name) =
-        match authorize(&state, fingerprint(&request), kind.as_str(), namespace, pod, Some(container)).await {
-            Ok(found) => found,
-            Err(answer) => return answer,
-        };
+    let (target, host_name) = match authorize(
+        &state,
+        fingerprint(&request),
+        kind.as_str(),
+        namespace,
+        pod,
+        Some(container),
+    )
+    .await
+    {
+        Ok(found) => found,
+        Err(answer) => return answer,
+    };
     let options = match StreamOptions::from_query(request.uri().query().unwrap_or_default()) {
         Ok(o) => o,
         Err(message) => return status_response(StatusCode::BAD_REQUEST, "BadRequest", message),
@@ -307,7 +345,16 @@ async fn port_forward(
     Path((namespace, pod)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    if let Err(answer) = authorize(&state, fingerprint(&request), "portForward", namespace, pod, None).await {
+    if let Err(answer) = authorize(
+        &state,
+        fingerprint(&request),
+        "portForward",
+        namespace,
+        pod,
+        None,
+    )
+    .await
+    {
         return answer;
     }
     status_response(

@@ -17,9 +17,9 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::Role;
 
 use crate::authz::PodTarget;
 
@@ -176,7 +176,10 @@ pub async fn upgrade(
         max_stderr_buf_size: Some(BUFFER),
     };
     let process = match kind {
-        StreamKind::Exec => pods.exec(&host_name, options.command.clone(), &params).await,
+        StreamKind::Exec => {
+            pods.exec(&host_name, options.command.clone(), &params)
+                .await
+        }
         StreamKind::Attach => pods.attach(&host_name, &params).await,
     };
     let process = match process {
@@ -221,7 +224,10 @@ pub async fn upgrade(
     if let Ok(accept) = HeaderValue::from_str(&accept) {
         h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
     }
-    h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(protocol));
+    h.insert(
+        header::SEC_WEBSOCKET_PROTOCOL,
+        HeaderValue::from_static(protocol),
+    );
     response
 }
 
@@ -232,11 +238,7 @@ fn frame(channel: u8, payload: &[u8]) -> Message {
     Message::binary(data)
 }
 
-async fn pump(
-    channel: u8,
-    mut reader: impl AsyncRead + Unpin,
-    out: mpsc::Sender<Message>,
-) {
+async fn pump(channel: u8, mut reader: impl AsyncRead + Unpin, out: mpsc::Sender<Message>) {
     let mut buf = vec![0u8; CHUNK];
     loop {
         match reader.read(&mut buf).await {
@@ -318,9 +320,10 @@ where
                     }
                 }
                 RESIZE => {
-                    if let (Some(tx), Ok(size)) =
-                        (resize.as_mut(), serde_json::from_slice::<TerminalSize>(payload))
-                    {
+                    if let (Some(tx), Ok(size)) = (
+                        resize.as_mut(),
+                        serde_json::from_slice::<TerminalSize>(payload),
+                    ) {
                         let _ = tx.send(size).await;
                     }
                 }

@@ -149,12 +149,11 @@ pub fn server_config(serving: &ServingCert) -> Result<Arc<ServerConfig>, TlsErro
     if certs.is_empty() {
         return Err(TlsError::NoCertificate);
     }
-    let key = PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes()).map_err(|e| {
-        TlsError::Pem {
+    let key =
+        PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes()).map_err(|e| TlsError::Pem {
             what: "private key",
             message: e.to_string(),
-        }
-    })?;
+        })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = Arc::new(AnyClientCert::new(&provider));
     let mut config = ServerConfig::builder_with_provider(provider)

@@ -52,14 +52,20 @@ impl World {
             .try_init();
         let env = TestEnv::start().await.expect("etcd");
         let host_server = env.start_apiserver("host").await.expect("host");
-        let client_cert = env.ca().issue(&["tenant-apiserver-kubelet-client"]).unwrap();
+        let client_cert = env
+            .ca()
+            .issue(&["tenant-apiserver-kubelet-client"])
+            .unwrap();
         let dir = env.root().join("kubelet-client");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("tls.crt"), &client_cert.cert_pem).unwrap();
         std::fs::write(dir.join("tls.key"), &client_cert.key_pem).unwrap();
         let mut options = ApiServerOptions::new("tenant");
         options.extra_args = vec![
-            format!("--kubelet-client-certificate={}", dir.join("tls.crt").display()),
+            format!(
+                "--kubelet-client-certificate={}",
+                dir.join("tls.crt").display()
+            ),
             format!("--kubelet-client-key={}", dir.join("tls.key").display()),
         ];
         let tenant_server = env.start_apiserver_with(options).await.expect("tenant");
@@ -119,11 +125,14 @@ impl World {
         let fingerprint =
             tenantplane_kubelet::registry::fingerprint_pem(client_cert.cert_pem.as_bytes())
                 .unwrap();
-        eventually("the registry knows dev's kubelet client certificate", || {
-            let registry = registry.clone();
-            let fingerprint = fingerprint.clone();
-            async move { registry.lookup(&fingerprint) }
-        })
+        eventually(
+            "the registry knows dev's kubelet client certificate",
+            || {
+                let registry = registry.clone();
+                let fingerprint = fingerprint.clone();
+                async move { registry.lookup(&fingerprint) }
+            },
+        )
         .await;
         World {
             h,
@@ -168,7 +177,13 @@ pub async fn cert_secret(host: &Client, name: &str, cert_pem: &str) {
             name: Some(name.into()),
             ..Default::default()
         },
-        data: Some([("tls.crt".to_owned(), ByteString(cert_pem.as_bytes().to_vec()))].into()),
+        data: Some(
+            [(
+                "tls.crt".to_owned(),
+                ByteString(cert_pem.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
         ..Default::default()
     };
     api.create(&PostParams::default(), &secret).await.unwrap();
@@ -261,7 +276,9 @@ pub async fn https_get(
         .await
         .map_err(|e| format!("TLS read: {e}"))?;
     let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").ok_or(format!("no HTTP answer: {text:?}"))?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or(format!("no HTTP answer: {text:?}"))?;
     let status = head
         .split_whitespace()
         .nth(1)

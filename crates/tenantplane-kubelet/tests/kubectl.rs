@@ -28,7 +28,11 @@ async fn kubectl(w: &World, args: &[&str], stdin: Option<&str>) -> (bool, String
         .arg(&kubeconfig)
         .arg("--request-timeout=30s")
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -61,8 +65,10 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
     nodes
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}))
-                .unwrap(),
+            &serde_json::from_value(
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
+            )
+            .unwrap(),
         )
         .await
         .unwrap();
@@ -86,7 +92,10 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
     .await;
     let host_name = predicted("web", "shop", "dev");
     wait_for(&w.h.host_api("v1", "Pod"), &host_name).await;
-    kubelet.bind_pod(&w.h.host, HOST_NS, &host_name).await.unwrap();
+    kubelet
+        .bind_pod(&w.h.host, HOST_NS, &host_name)
+        .await
+        .unwrap();
     // The engine binds the tenant Pod to the tenant Node of the same name.
     wait_for_that(
         &w.h.tenant_api("v1", "Pod", "shop"),
@@ -131,25 +140,46 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
     assert!(seen.iter().all(|l| l.contains(&host_name)), "{seen:?}");
 
     // kubectl exec without stdin.
-    let (ok, out, err) = kubectl(&w, &["-n", "shop", "exec", "web", "--", "echo", "hello", "tenant"], None).await;
+    let (ok, out, err) = kubectl(
+        &w,
+        &["-n", "shop", "exec", "web", "--", "echo", "hello", "tenant"],
+        None,
+    )
+    .await;
     assert!(ok, "kubectl exec failed: {err}");
     assert_eq!(out, "hello tenant\n");
 
     // kubectl exec -i with stdin: cat echoes it back, and ends with stdin.
-    let (ok, out, err) = kubectl(&w, &["-n", "shop", "exec", "-i", "web", "--", "cat"], Some("ping\npong\n")).await;
+    let (ok, out, err) = kubectl(
+        &w,
+        &["-n", "shop", "exec", "-i", "web", "--", "cat"],
+        Some("ping\npong\n"),
+    )
+    .await;
     assert!(ok, "kubectl exec -i failed: {err}");
     assert_eq!(out, "ping\npong\n");
 
     // A failing command's exit code comes through.
-    let (ok, _, err) = kubectl(&w, &["-n", "shop", "exec", "web", "--", "sh", "-c", "exit 3"], None).await;
+    let (ok, _, err) = kubectl(
+        &w,
+        &["-n", "shop", "exec", "web", "--", "sh", "-c", "exit 3"],
+        None,
+    )
+    .await;
     assert!(!ok, "{err}");
     assert!(err.contains("exit code 3"), "{err}");
 
     // The host kubelet saw only the host Pod, in the host namespace.
     let requests = kubelet.requests();
     let prefix = |kind: &str| format!("/{kind}/{HOST_NS}/{host_name}/app");
-    assert!(requests.iter().any(|r| r.path == prefix("containerLogs")), "{requests:#?}");
-    assert!(requests.iter().any(|r| r.path == prefix("exec")), "{requests:#?}");
+    assert!(
+        requests.iter().any(|r| r.path == prefix("containerLogs")),
+        "{requests:#?}"
+    );
+    assert!(
+        requests.iter().any(|r| r.path == prefix("exec")),
+        "{requests:#?}"
+    );
     assert!(
         requests.iter().all(|r| !r.path.contains("/shop/")),
         "the host kubelet was asked for a tenant name: {requests:#?}"

@@ -13,7 +13,11 @@ use tenantplane_core::metadata::{
     LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY_VALUE,
 };
 
-fn host_pod(name: &str, labels: serde_json::Value, annotations: serde_json::Value) -> serde_json::Value {
+fn host_pod(
+    name: &str,
+    labels: serde_json::Value,
+    annotations: serde_json::Value,
+) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": HOST_NS, "labels": labels, "annotations": annotations},
         "spec": {"containers": [{"name": "app", "image": "busybox"}]}})
@@ -40,11 +44,17 @@ async fn every_call_that_is_not_for_a_synced_pod_of_the_caller_is_refused() {
     }
     // A certificate no TenantCluster registered: 401, whatever the path.
     let stranger = w.h.env.ca().issue(&["stranger"]).unwrap();
-    let answer = w.get(Some(&stranger), "/containerLogs/shop/web/app").await.unwrap();
+    let answer = w
+        .get(Some(&stranger), "/containerLogs/shop/web/app")
+        .await
+        .unwrap();
     assert_eq!(answer.status, 401, "{answer:?}");
     assert!(answer.body.contains("not registered"), "{}", answer.body);
     // ... also for the health check's neighbours: nothing is served to it.
-    let answer = w.get(Some(&stranger), "/exec/shop/web/app?command=ls&output=1").await.unwrap();
+    let answer = w
+        .get(Some(&stranger), "/exec/shop/web/app?command=ls&output=1")
+        .await
+        .unwrap();
     assert_eq!(answer.status, 401, "{answer:?}");
 
     let dev = Some(&w.client_cert);
@@ -53,7 +63,11 @@ async fn every_call_that_is_not_for_a_synced_pod_of_the_caller_is_refused() {
     // A Pod that is not synced (missing on the host): 403.
     let answer = w.get(dev, "/containerLogs/shop/ghost/app").await.unwrap();
     assert_eq!(answer.status, 403, "{answer:?}");
-    assert!(answer.body.contains("no such Pod is synced"), "{}", answer.body);
+    assert!(
+        answer.body.contains("no such Pod is synced"),
+        "{}",
+        answer.body
+    );
 
     // Forged names: not Kubernetes names, so no tenant Pod has them.
     for path in [
@@ -71,7 +85,11 @@ async fn every_call_that_is_not_for_a_synced_pod_of_the_caller_is_refused() {
     create(&w.h.host, host_pod(&foreign, json!({}), json!({}))).await;
     let answer = w.get(dev, "/containerLogs/shop/foreign/app").await.unwrap();
     assert_eq!(answer.status, 403, "{answer:?}");
-    assert!(answer.body.contains("not managed by tenantplane"), "{}", answer.body);
+    assert!(
+        answer.body.contains("not managed by tenantplane"),
+        "{}",
+        answer.body
+    );
 
     // Another tenant's host Pod (tenant prod's copy of shop/stolen) placed under the
     // name dev's path maps to: its metadata names prod, so dev may not reach it.
@@ -86,7 +104,10 @@ async fn every_call_that_is_not_for_a_synced_pod_of_the_caller_is_refused() {
         ),
     )
     .await;
-    let answer = w.get(dev, "/exec/shop/stolen/app?command=ls&output=1").await.unwrap();
+    let answer = w
+        .get(dev, "/exec/shop/stolen/app?command=ls&output=1")
+        .await
+        .unwrap();
     assert_eq!(answer.status, 403, "{answer:?}");
     // And prod's real copy (its own name) is out of dev's reach by construction:
     // dev's path for shop/stolen never maps to prod's host name.
@@ -96,7 +117,11 @@ async fn every_call_that_is_not_for_a_synced_pod_of_the_caller_is_refused() {
     let answer = w.get(dev, "/containerLogs/shop/web/sidecar").await.unwrap();
     assert_eq!(answer.status, 403, "{answer:?}");
     // (the Status body is JSON: the quotes are escaped)
-    assert!(answer.body.contains(r#"has no container \"sidecar\""#), "{}", answer.body);
+    assert!(
+        answer.body.contains(r#"has no container \"sidecar\""#),
+        "{}",
+        answer.body
+    );
 
     // dev's own synced Pod and container: authorized (the host API server then
     // answers; the Pod is not bound to a node, so not 401/403 but the host's error).
@@ -113,15 +138,18 @@ async fn every_call_that_is_not_for_a_synced_pod_of_the_caller_is_refused() {
     })
     .await;
     let named = |pod: &str| {
-        skips
-            .iter()
-            .any(|d| d["tenant"]["namespace"] == "shop" && d["tenant"]["name"] == pod && d["kind"] == "Pod")
+        skips.iter().any(|d| {
+            d["tenant"]["namespace"] == "shop" && d["tenant"]["name"] == pod && d["kind"] == "Pod"
+        })
     };
     for pod in ["ghost", "foreign", "stolen", "web", "WEB"] {
         assert!(named(pod), "no Skip for shop/{pod}: {skips:#?}");
     }
     let text = serde_json::to_string(&skips).unwrap();
-    assert!(text.contains("metadata names Pod shop/stolen of tenant prod"), "{text}");
+    assert!(
+        text.contains("metadata names Pod shop/stolen of tenant prod"),
+        "{text}"
+    );
     // No refusal of the stranger is recorded anywhere (it is nobody's).
     assert!(!text.contains("stranger"), "{text}");
     w.stop().await;

@@ -62,9 +62,12 @@ pub async fn start(
         decisions: routes,
     });
     let stop = shutdown.clone();
-    let server = tokio::spawn(tenantplane_kubelet::serve(listener, config, app, async move {
-        stop.cancelled().await
-    }));
+    let server = tokio::spawn(tenantplane_kubelet::serve(
+        listener,
+        config,
+        app,
+        async move { stop.cancelled().await },
+    ));
     let feeder = tokio::spawn(feeder::run(host, registry.clone(), shutdown));
     tracing::info!(listen = %address, advertise = %advertise_address, "serving the kubelet endpoint");
     Ok(Endpoint {
