@@ -25,7 +25,8 @@ use hyper_util::rt::TokioIo;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
 use super::Shared;
 use super::server::query_values;
@@ -64,25 +65,32 @@ fn refuse(status: StatusCode, message: &str) -> Response {
     (status, format!("{message}\n")).into_response()
 }
 
+fn refuse_boxed(status: StatusCode, message: &str) -> Box<Response> {
+    Box::new(refuse(status, message))
+}
+
 /// Checks the WebSocket handshake and picks the first protocol the caller offers
 /// that `supported` holds (no offer: the binary default, no protocol).
-fn accept(request: &mut Request, supported: &[&str]) -> Result<Accepted, Response> {
+fn accept(request: &mut Request, supported: &[&str]) -> Result<Accepted, Box<Response>> {
     let headers = request.headers();
     let upgrade = headers
         .get(header::UPGRADE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     if upgrade.to_ascii_lowercase().contains("spdy") {
-        return Err(refuse(StatusCode::BAD_REQUEST, SPDY_REFUSAL));
+        return Err(refuse_boxed(StatusCode::BAD_REQUEST, SPDY_REFUSAL));
     }
     if !upgrade.eq_ignore_ascii_case("websocket") {
-        return Err(refuse(
+        return Err(refuse_boxed(
             StatusCode::BAD_REQUEST,
             "this endpoint needs a WebSocket upgrade",
         ));
     }
     let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
-        return Err(refuse(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key"));
+        return Err(refuse_boxed(
+            StatusCode::BAD_REQUEST,
+            "missing Sec-WebSocket-Key",
+        ));
     };
     let accept_key = derive_accept_key(key.as_bytes());
     let offered: Vec<String> = headers
@@ -102,10 +110,10 @@ fn accept(request: &mut Request, supported: &[&str]) -> Result<Accepted, Respons
                 .iter()
                 .any(|p| p.to_ascii_lowercase().contains("spdy")) =>
             {
-                return Err(refuse(StatusCode::BAD_REQUEST, SPDY_REFUSAL));
+                return Err(refuse_boxed(StatusCode::BAD_REQUEST, SPDY_REFUSAL));
             }
             None => {
-                return Err(refuse(
+                return Err(refuse_boxed(
                     StatusCode::BAD_REQUEST,
                     &format!(
                         "none of the offered protocols {offered:?} is supported (supported: {supported:?})"
@@ -115,7 +123,7 @@ fn accept(request: &mut Request, supported: &[&str]) -> Result<Accepted, Respons
         }
     };
     let Some(on_upgrade) = request.extensions_mut().remove::<OnUpgrade>() else {
-        return Err(refuse(
+        return Err(refuse_boxed(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the connection cannot be upgraded",
         ));
@@ -126,7 +134,12 @@ fn accept(request: &mut Request, supported: &[&str]) -> Result<Accepted, Respons
     out.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     match HeaderValue::from_str(&accept_key) {
         Ok(v) => out.insert(header::SEC_WEBSOCKET_ACCEPT, v),
-        Err(_) => return Err(refuse(StatusCode::BAD_REQUEST, "bad Sec-WebSocket-Key")),
+        Err(_) => {
+            return Err(refuse_boxed(
+                StatusCode::BAD_REQUEST,
+                "bad Sec-WebSocket-Key",
+            ));
+        }
     };
     if let Some(p) = &protocol
         && let Ok(v) = HeaderValue::from_str(p)
@@ -200,7 +213,7 @@ pub(super) fn remote_command(
     };
     let accepted = match accept(&mut request, &REMOTE_COMMAND_PROTOCOLS) {
         Ok(a) => a,
-        Err(refusal) => return refusal,
+        Err(refusal) => return *refusal,
     };
     let version = match accepted.protocol.as_deref() {
         Some("v5.channel.k8s.io") => 5,
@@ -297,11 +310,8 @@ async fn copy_stdin(ws: &mut Ws, session: &Session) -> bool {
         };
         match message {
             Message::Binary(data) => match data.first() {
-                Some(&STDIN) => {
-                    if !write_out(ws, session, &data[1..]).await {
-                        return false;
-                    }
-                }
+                // Stdin is echoed; a caller gone while it is written ends the copy.
+                Some(&STDIN) if !write_out(ws, session, &data[1..]).await => return false,
                 Some(&CLOSE) if session.version >= 5 && data.get(1) == Some(&STDIN) => {
                     return true;
                 }
@@ -344,9 +354,14 @@ fn status_frame(session: &Session, code: i32) -> Option<Vec<u8>> {
     Some(frame)
 }
 
-/// Sends a close frame and waits (bounded) for the caller's.
+/// Sends a close frame (1000, normal: kubectl's client takes a close without a
+/// code, 1005, for an error) and waits (bounded) for the caller's.
 async fn close(mut ws: Ws) {
-    if ws.close(None).await.is_err() {
+    let normal = CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    };
+    if ws.close(Some(normal)).await.is_err() {
         return;
     }
     let _ = tokio::time::timeout(CLOSE_GRACE, async {
@@ -357,6 +372,11 @@ async fn close(mut ws: Ws) {
 
 /// `/portForward/{ns}/{pod}`: an echo server on every requested port.
 pub(super) fn port_forward(shared: Arc<Shared>, mut request: Request) -> Response {
+    // The protocol first: SPDY carries its ports in stream headers, not the query.
+    let accepted = match accept(&mut request, &PORT_FORWARD_PROTOCOLS) {
+        Ok(a) => a,
+        Err(refusal) => return *refusal,
+    };
     let mut ports = Vec::new();
     for value in query_values(&request, "port")
         .into_iter()
@@ -377,10 +397,6 @@ pub(super) fn port_forward(shared: Arc<Shared>, mut request: Request) -> Respons
     if ports.is_empty() {
         return refuse(StatusCode::BAD_REQUEST, "at least one port is required");
     }
-    let accepted = match accept(&mut request, &PORT_FORWARD_PROTOCOLS) {
-        Ok(a) => a,
-        Err(refusal) => return refusal,
-    };
     spawn_ws(&shared, accepted.on_upgrade, move |ws| {
         echo_ports(ws, ports)
     });
