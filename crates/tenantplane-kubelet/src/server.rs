@@ -45,6 +45,9 @@ pub struct KubeletState {
     pub decisions: DecisionRoutes,
 }
 
+/// An answer that ends a request early (boxed: a Response is large).
+type Refusal = Box<Response>;
+
 /// The caller's leaf certificate fingerprint, set per connection.
 #[derive(Clone, Debug)]
 struct Caller(Option<String>);
@@ -83,9 +86,13 @@ fn status_response(code: StatusCode, reason: &str, message: String) -> Response 
 }
 
 /// The TenantCluster calling, or the 401 answer.
-fn caller(state: &KubeletState, fingerprint: Option<String>) -> Result<TenantClusterKey, Response> {
+fn caller(state: &KubeletState, fingerprint: Option<String>) -> Result<TenantClusterKey, Refusal> {
     let unauthorized = |message: &str| {
-        status_response(StatusCode::UNAUTHORIZED, "Unauthorized", message.to_owned())
+        Box::new(status_response(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            message.to_owned(),
+        ))
     };
     let Some(fingerprint) = fingerprint else {
         return Err(unauthorized("a client certificate is required"));
@@ -113,7 +120,7 @@ async fn authorize(
     namespace: String,
     pod: String,
     container: Option<String>,
-) -> Result<(PodTarget, String), Response> {
+) -> Result<(PodTarget, String), Refusal> {
     let tenant_cluster = caller(state, fingerprint)?;
     let target = PodTarget {
         tenant_cluster,
@@ -121,7 +128,8 @@ async fn authorize(
         pod,
         container,
     };
-    let refuse = |host_name: &str, why: String| refuse(state, &target, operation, host_name, why);
+    let refuse =
+        |host_name: &str, why: String| Box::new(refuse(state, &target, operation, host_name, why));
     let host_name = match target.host_name() {
         Ok(name) => name,
         Err(why) => return Err(refuse("", why)),
@@ -138,11 +146,11 @@ async fn authorize(
         )),
         Err(err) => {
             tracing::warn!(error = %err, "kubelet endpoint: reading the host Pod failed");
-            Err(status_response(
+            Err(Box::new(status_response(
                 StatusCode::BAD_GATEWAY,
                 "InternalError",
                 "the host API server did not answer".to_owned(),
-            ))
+            )))
         }
     }
 }
@@ -199,15 +207,15 @@ fn flag(value: &Option<String>) -> bool {
     matches!(value.as_deref(), Some("true" | "1" | "True" | "TRUE"))
 }
 
-fn number(name: &str, value: &Option<String>) -> Result<Option<i64>, Response> {
+fn number(name: &str, value: &Option<String>) -> Result<Option<i64>, Refusal> {
     match value.as_deref() {
         None | Some("") => Ok(None),
         Some(text) => text.parse::<i64>().map(Some).map_err(|_| {
-            status_response(
+            Box::new(status_response(
                 StatusCode::BAD_REQUEST,
                 "BadRequest",
                 format!("{name} must be an integer"),
-            )
+            ))
         }),
     }
 }
@@ -236,10 +244,10 @@ async fn container_logs(
     .await
     {
         Ok(found) => found,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     let params = (|| {
-        Ok::<_, Response>(LogParams {
+        Ok::<_, Refusal>(LogParams {
             container: target.container.clone(),
             follow: flag(&query.follow),
             previous: flag(&query.previous),
@@ -252,7 +260,7 @@ async fn container_logs(
     })();
     let params = match params {
         Ok(p) => p,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     let pods: Api<Pod> = Api::namespaced(state.host.clone(), &target.tenant_cluster.namespace);
     match pods.log_stream(&host_name, &params).await {
@@ -323,7 +331,7 @@ async fn streaming(
     .await
     {
         Ok(found) => found,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     let options = match StreamOptions::from_query(request.uri().query().unwrap_or_default()) {
         Ok(o) => o,
@@ -355,7 +363,7 @@ async fn port_forward(
     )
     .await
     {
-        return answer;
+        return *answer;
     }
     status_response(
         StatusCode::NOT_IMPLEMENTED,
