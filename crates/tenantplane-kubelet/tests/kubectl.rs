@@ -169,6 +169,20 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
     assert!(!ok, "{err}");
     assert!(err.contains("exit code 3"), "{err}");
 
+    // kubectl attach -i: the host Pod's container, stdin passed through.
+    let (ok, out, err) = kubectl(
+        &w,
+        &["-n", "shop", "attach", "-i", "web", "-c", "app"],
+        Some("hi\n"),
+    )
+    .await;
+    assert!(ok, "kubectl attach failed: {err}");
+    assert!(
+        out.contains(&format!("attached to {HOST_NS}/{host_name}/app")),
+        "{out}"
+    );
+    assert!(out.contains("hi\n"), "{out}");
+
     // The host kubelet saw only the host Pod, in the host namespace.
     let requests = kubelet.requests();
     let prefix = |kind: &str| format!("/{kind}/{HOST_NS}/{host_name}/app");

@@ -24,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-#[path = "../../tenantplane-engine/tests/harness.rs"]
+#[path = "../../../tenantplane-engine/tests/harness.rs"]
 pub mod harness;
 
 pub use harness::*;
