@@ -198,6 +198,13 @@ pub struct LoadBalancer {
 pub struct ExternalControlPlane {
     /// A Secret in this namespace holding a kubeconfig for the tenant API server.
     pub kubeconfig_secret_ref: SecretKeyRef,
+    /// A Secret in this namespace whose `tls.crt` is the client certificate this
+    /// tenant API server presents to tenantplane's kubelet endpoint (its
+    /// `--kubelet-client-certificate`). Only the certificate is read. Without it
+    /// the endpoint does not know this tenant and refuses its calls (`kubectl logs`
+    /// and `exec` do not work).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_client_certificate_secret_ref: Option<LocalRef>,
 }
 
 /// Network boundary settings.

@@ -346,6 +346,7 @@ mod tests {
                 name: "kube_config".into(),
                 key: "kubeconfig".into(),
             },
+            kubelet_client_certificate_secret_ref: None,
         });
         spec.resources = Some(ResourceLimits {
             cpu: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(

@@ -36,7 +36,7 @@ use tokio::sync::{Mutex, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use crate::conditions::ConditionSet;
-use crate::decisions::{MANAGER, RecorderConfig, TenantDecision, start_recorder};
+use crate::decisions::{DecisionRoutes, MANAGER, RecorderConfig, TenantDecision, start_recorder};
 use crate::deletion::{delete_exact, exactly};
 use crate::engine::{Engine, EngineSpec, KindState};
 use crate::isolation::apply_isolation;
@@ -105,15 +105,27 @@ struct RunningEngine {
 
 struct Context {
     config: ControllerConfig,
+    routes: DecisionRoutes,
     engines: Mutex<HashMap<(String, String), RunningEngine>>,
 }
 
 /// Runs the controller until `shutdown` fires; then stops every engine.
 pub async fn run(config: ControllerConfig, shutdown: CancellationToken) {
+    run_with_routes(config, DecisionRoutes::new(), shutdown).await;
+}
+
+/// [`run`], keeping `routes` pointed at each running engine's decision recorder
+/// (so the kubelet endpoint records its refusals in the same SyncDecision).
+pub async fn run_with_routes(
+    config: ControllerConfig,
+    routes: DecisionRoutes,
+    shutdown: CancellationToken,
+) {
     let host = config.host.clone();
     let tcs: Api<TenantCluster> = Api::all(host.clone());
     let ctx = Arc::new(Context {
         config,
+        routes,
         engines: Mutex::new(HashMap::new()),
     });
     // ResourcePools are independent of TenantClusters: their own loop, same lifetime.
@@ -159,6 +171,7 @@ pub async fn run(config: ControllerConfig, shutdown: CancellationToken) {
         .for_each(|_| futures::future::ready(()))
         .await;
     let mut engines = ctx.engines.lock().await;
+    ctx.routes.clear();
     for (_, running) in engines.drain() {
         stop(running).await;
     }
@@ -472,6 +485,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
             if blocker.reason != "TenantUnreachable"
                 && let Some(running) = engines.remove(&key)
             {
+                ctx.routes.remove(&namespace, &name);
                 stop(running).await;
             }
             status.phase = Some(if blocker.provisioning {
@@ -508,6 +522,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 .is_none_or(|r| r.fingerprint != fingerprint);
             if restart {
                 if let Some(old) = engines.remove(&key) {
+                    ctx.routes.remove(&namespace, &name);
                     stop(old).await;
                 }
                 let target = TenantTarget::new(&name, &namespace)
@@ -523,6 +538,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                     broadcast: ctx.config.decisions.clone(),
                     instance: ctx.config.instance.clone(),
                 });
+                ctx.routes.set(&namespace, &name, sender.clone());
                 let engine = Engine::start(
                     host.clone(),
                     resolved.tenant.clone(),
@@ -698,6 +714,7 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
         .await
         .remove(&(namespace.clone(), name.clone()))
     {
+        ctx.routes.remove(&namespace, &name);
         let tenant = running.engine.tenant.clone();
         stop(running).await;
         // Tenant Pods carry a finalizer only a running engine removes. A tenant API

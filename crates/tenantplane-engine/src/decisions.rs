@@ -72,6 +72,53 @@ impl DecisionSender {
     }
 }
 
+/// The decision senders of the running engines, by TenantCluster (namespace,
+/// name), for components besides the engine that decide about a tenant's objects
+/// (the kubelet endpoint's refusals). Their decisions go through the same recorder
+/// as the engine's, so the SyncDecision has one writer.
+#[derive(Clone, Default)]
+pub struct DecisionRoutes(Arc<std::sync::RwLock<HashMap<(String, String), DecisionSender>>>);
+
+impl DecisionRoutes {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn set(&self, namespace: &str, name: &str, sender: DecisionSender) {
+        let key = (namespace.to_owned(), name.to_owned());
+        match self.0.write() {
+            Ok(mut routes) => routes.insert(key, sender),
+            Err(poisoned) => poisoned.into_inner().insert(key, sender),
+        };
+    }
+
+    /// Drops the route; the recorder ends only once every sender is gone, so this
+    /// comes before the engine is stopped.
+    pub(crate) fn remove(&self, namespace: &str, name: &str) {
+        let key = (namespace.to_owned(), name.to_owned());
+        match self.0.write() {
+            Ok(mut routes) => routes.remove(&key),
+            Err(poisoned) => poisoned.into_inner().remove(&key),
+        };
+    }
+
+    pub(crate) fn clear(&self) {
+        match self.0.write() {
+            Ok(mut routes) => routes.clear(),
+            Err(poisoned) => poisoned.into_inner().clear(),
+        }
+    }
+
+    /// The sender of the TenantCluster's running engine, if one runs.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<DecisionSender> {
+        let key = (namespace.to_owned(), name.to_owned());
+        match self.0.read() {
+            Ok(routes) => routes.get(&key).cloned(),
+            Err(poisoned) => poisoned.into_inner().get(&key).cloned(),
+        }
+    }
+}
+
 /// How one TenantCluster's decisions are kept.
 pub struct RecorderConfig {
     pub host: Client,

@@ -80,6 +80,8 @@ pub struct ControllerArgs {
     /// Run no DNS server per TenantCluster: host Pods keep the host's DNS.
     #[arg(long)]
     pub no_tenant_dns: bool,
+    #[command(flatten)]
+    pub kubelet: crate::kubelet::KubeletArgs,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
@@ -144,6 +146,25 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "tenantplane".into());
+    // The kubelet endpoint's refusals are recorded by the engines' recorders.
+    let routes = tenantplane_engine::decisions::DecisionRoutes::new();
+    let kubelet = match args.kubelet.kubelet_listen {
+        Some(listen) => Some(
+            crate::kubelet::start(
+                host.clone(),
+                listen,
+                args.kubelet.kubelet_advertise_address.clone(),
+                args.kubelet
+                    .kubelet_tls_cert_file
+                    .clone()
+                    .zip(args.kubelet.kubelet_tls_key_file.clone()),
+                routes.clone(),
+                shutdown.clone(),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     // Decisions are logged by the engines; nothing else listens here.
     let (decisions, _) = broadcast::channel(1024);
     let make_config = {
@@ -196,9 +217,10 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             make_tenant_config(),
             make_provisioner_config(),
         );
+        let routes = routes.clone();
         async move {
             tokio::join!(
-                controller::run(clusters, stop.clone()),
+                controller::run_with_routes(clusters, routes, stop.clone()),
                 tenancy::run(tenants, stop.clone()),
                 provisioner::run(guard, stop)
             );
@@ -213,6 +235,10 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
         run_both(shutdown.clone()).await;
     }
     shutdown.cancel();
+    if let Some(kubelet) = kubelet {
+        let _ = kubelet.server.await;
+        let _ = kubelet.feeder.await;
+    }
     http.await
         .context("the HTTP server task")?
         .context("the HTTP server")?;

@@ -6,6 +6,7 @@ mod connect;
 mod controller;
 mod dns;
 mod kube_client;
+mod kubelet;
 mod logging;
 mod output;
 mod render;

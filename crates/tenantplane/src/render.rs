@@ -174,6 +174,7 @@ pub fn run(target: RenderTarget) -> anyhow::Result<String> {
                             name: secret,
                             key: kubeconfig_key,
                         },
+                        kubelet_client_certificate_secret_ref: None,
                     })
                 }
                 None => None,

@@ -17,7 +17,7 @@ use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::decisions::TenantDecision;
 use tenantplane_engine::metrics::Metrics;
 use tenantplane_testenv::node::image::Image;
-use tenantplane_testenv::{RealNode, TestEnv};
+use tenantplane_testenv::{ApiServerOptions, RealNode, TestEnv};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +26,7 @@ use crate::logging::{self, LogFormat};
 
 const HOST_NAMESPACE: &str = "team-dev";
 const TENANT: &str = "dev";
+const KUBELET_CLIENT_SECRET: &str = "dev-kubelet-client";
 /// The image `up --real-node` makes of its own binary.
 const TENANTPLANE_IMAGE: &str = "local/tenantplane:dev";
 
@@ -105,8 +106,24 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         .start_apiserver("host")
         .await
         .context("starting the host API server")?;
+    // The tenant API server presents this client certificate to tenantplane's
+    // kubelet endpoint (`kubectl logs`, `exec`); the TenantCluster names it below.
+    let kubelet_client = env
+        .ca()
+        .issue(&["tenantplane-kubelet-client"])
+        .context("issuing the kubelet client certificate")?;
+    let kubelet_dir = env.root().join("kubelet-client");
+    std::fs::create_dir_all(&kubelet_dir).context("creating the kubelet client directory")?;
+    let (client_crt, client_key) = (kubelet_dir.join("tls.crt"), kubelet_dir.join("tls.key"));
+    std::fs::write(&client_crt, &kubelet_client.cert_pem).context("writing tls.crt")?;
+    std::fs::write(&client_key, &kubelet_client.key_pem).context("writing tls.key")?;
+    let mut tenant_options = ApiServerOptions::new("tenant");
+    tenant_options.extra_args = vec![
+        format!("--kubelet-client-certificate={}", client_crt.display()),
+        format!("--kubelet-client-key={}", client_key.display()),
+    ];
     let tenant_server = env
-        .start_apiserver("tenant")
+        .start_apiserver_with(tenant_options)
         .await
         .context("starting the tenant API server")?;
     let node = if args.real_node {
@@ -164,6 +181,18 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         ..Secret::default()
     };
     create(&host, &secret).await?;
+    let kubelet_secret = Secret {
+        metadata: meta(KUBELET_CLIENT_SECRET, Some(HOST_NAMESPACE)),
+        data: Some(
+            [(
+                "tls.crt".to_owned(),
+                ByteString(kubelet_client.cert_pem.clone().into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Secret::default()
+    };
+    create(&host, &kubelet_secret).await?;
     let mut tc = TenantCluster::new(
         TENANT,
         TenantClusterSpec {
@@ -177,6 +206,9 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
                         name: "dev-kubeconfig".into(),
                         key: "kubeconfig".into(),
                     },
+                    kubelet_client_certificate_secret_ref: Some(LocalRef::new(
+                        KUBELET_CLIENT_SECRET,
+                    )),
                 }),
                 ..ControlPlane::default()
             },
@@ -202,7 +234,22 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         // No Pod runs here: host Pods keep the host's DNS.
         dns: None,
     };
-    let controller = tokio::spawn(controller::run(config, shutdown.clone()));
+    let routes = tenantplane_engine::decisions::DecisionRoutes::new();
+    let kubelet = crate::kubelet::start(
+        host.clone(),
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        Some("127.0.0.1".into()),
+        None,
+        routes.clone(),
+        shutdown.clone(),
+    )
+    .await
+    .context("starting the kubelet endpoint")?;
+    let controller = tokio::spawn(controller::run_with_routes(
+        config,
+        routes,
+        shutdown.clone(),
+    ));
 
     let (host_kc, tenant_kc) = (
         host_server.kubeconfig_path(),
@@ -213,6 +260,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     );
     println!();
     println!("  host   kubeconfig: {}", host_kc.display());
+    println!(
+        "  kubelet endpoint:  https://{} (advertised as {}; kubectl logs/exec/attach in the tenant)",
+        kubelet.address, kubelet.advertise_address
+    );
     println!("  tenant kubeconfig: {}", tenant_kc.display());
     println!();
     println!(

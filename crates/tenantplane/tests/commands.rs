@@ -386,6 +386,10 @@ fn up_starts_a_playground_and_prints_the_first_decision() {
     assert!(stdout.contains("host   kubeconfig: "), "{stdout}");
     assert!(stdout.contains("tenant kubeconfig: "), "{stdout}");
     assert!(
+        stdout.contains("kubelet endpoint:  https://127.0.0.1:"),
+        "{stdout}"
+    );
+    assert!(
         stdout.contains("Create ConfigMap default/welcome -> team-dev/welcome-x-default-x-dev"),
         "{stdout}"
     );

@@ -1,0 +1,461 @@
+//! The HTTPS server: kubelet API paths, each authenticated by the caller's client
+//! certificate and authorized against the host Pod before anything is forwarded.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::LogParams;
+use kube::{Api, Client};
+use rustls::ServerConfig;
+use serde_json::json;
+use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
+use tenantplane_engine::decisions::DecisionRoutes;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use crate::authz::{PodTarget, check_host_pod};
+use crate::registry::{SharedRegistry, TenantClusterKey, fingerprint_der};
+use crate::stream::{self, StreamKind, StreamOptions};
+
+pub const HEALTHZ_PATH: &str = "/healthz";
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// What every request is served with.
+#[derive(Clone)]
+pub struct KubeletState {
+    /// The host API server, with the controller's own identity.
+    pub host: Client,
+    pub registry: SharedRegistry,
+    /// Where refusals are recorded as Skip decisions of the calling TenantCluster.
+    pub decisions: DecisionRoutes,
+}
+
+/// An answer that ends a request early (boxed: a Response is large).
+type Refusal = Box<Response>;
+
+/// The caller's leaf certificate fingerprint, set per connection.
+#[derive(Clone, Debug)]
+struct Caller(Option<String>);
+
+/// The routes, without TLS (a connection's caller is added by [`serve`]).
+pub fn router(state: KubeletState) -> Router {
+    Router::new()
+        .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
+        .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
+        .route("/exec/{ns}/{pod}/{container}", any(exec))
+        .route("/attach/{ns}/{pod}/{container}", any(attach))
+        .route("/portForward/{ns}/{pod}", any(port_forward))
+        .route("/run/{ns}/{pod}/{container}", any(not_implemented_run))
+        .fallback(|| async {
+            status_response(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "no such kubelet path".to_owned(),
+            )
+        })
+        .with_state(state)
+}
+
+/// A `metav1.Status` answer, as the kubelet gives.
+fn status_response(code: StatusCode, reason: &str, message: String) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code.as_u16(),
+    });
+    let mut response = (code, body.to_string()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The TenantCluster calling, or the 401 answer.
+fn caller(state: &KubeletState, fingerprint: Option<String>) -> Result<TenantClusterKey, Refusal> {
+    let unauthorized = |message: &str| {
+        Box::new(status_response(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            message.to_owned(),
+        ))
+    };
+    let Some(fingerprint) = fingerprint else {
+        return Err(unauthorized("a client certificate is required"));
+    };
+    state.registry.lookup(&fingerprint).ok_or_else(|| {
+        tracing::info!(%fingerprint, "kubelet endpoint: unknown client certificate");
+        unauthorized("the client certificate is not registered by any TenantCluster")
+    })
+}
+
+/// Authenticates, then checks that the path names a synced Pod of the caller.
+/// Returns the host Pod's name, or the answer (401, 403 with a Skip decision, 502).
+/// The caller's fingerprint, as the connection recorded it.
+fn fingerprint(request: &Request) -> Option<String> {
+    request
+        .extensions()
+        .get::<Caller>()
+        .and_then(|c| c.0.clone())
+}
+
+async fn authorize(
+    state: &KubeletState,
+    fingerprint: Option<String>,
+    operation: &str,
+    namespace: String,
+    pod: String,
+    container: Option<String>,
+) -> Result<(PodTarget, String), Refusal> {
+    let tenant_cluster = caller(state, fingerprint)?;
+    let target = PodTarget {
+        tenant_cluster,
+        namespace,
+        pod,
+        container,
+    };
+    let refuse =
+        |host_name: &str, why: String| Box::new(refuse(state, &target, operation, host_name, why));
+    let host_name = match target.host_name() {
+        Ok(name) => name,
+        Err(why) => return Err(refuse("", why)),
+    };
+    let pods: Api<Pod> = Api::namespaced(state.host.clone(), &target.tenant_cluster.namespace);
+    match pods.get_opt(&host_name).await {
+        Ok(Some(host_pod)) => match check_host_pod(&target, &host_name, &host_pod) {
+            Ok(()) => Ok((target, host_name)),
+            Err(why) => Err(refuse(&host_name, why)),
+        },
+        Ok(None) => Err(refuse(
+            &host_name,
+            "no such Pod is synced to the host".to_owned(),
+        )),
+        Err(err) => {
+            tracing::warn!(error = %err, "kubelet endpoint: reading the host Pod failed");
+            Err(Box::new(status_response(
+                StatusCode::BAD_GATEWAY,
+                "InternalError",
+                "the host API server did not answer".to_owned(),
+            )))
+        }
+    }
+}
+
+/// 403 and a Skip decision for the calling TenantCluster.
+fn refuse(
+    state: &KubeletState,
+    target: &PodTarget,
+    operation: &str,
+    host_name: &str,
+    why: String,
+) -> Response {
+    let tc = &target.tenant_cluster;
+    let reason = format!(
+        "kubelet endpoint refused {operation} of Pod {}/{}: {why}",
+        target.namespace, target.pod
+    );
+    tracing::info!(tenant = %tc, %reason, "kubelet request refused");
+    match state.decisions.get(&tc.namespace, &tc.name) {
+        Some(sender) => sender.send(
+            DecisionAction::Skip,
+            "v1",
+            "Pod",
+            TenantObjectRef {
+                namespace: target.namespace.clone(),
+                name: target.pod.clone(),
+                uid: None,
+            },
+            HostTarget {
+                namespace: tc.namespace.clone(),
+                name: host_name.to_owned(),
+            },
+            reason.clone(),
+        ),
+        None => {
+            tracing::warn!(tenant = %tc, "no engine runs for the TenantCluster; the refusal is only logged")
+        }
+    }
+    status_response(StatusCode::FORBIDDEN, "Forbidden", reason)
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LogQuery {
+    follow: Option<String>,
+    previous: Option<String>,
+    timestamps: Option<String>,
+    tail_lines: Option<String>,
+    since_seconds: Option<String>,
+    limit_bytes: Option<String>,
+}
+
+fn flag(value: &Option<String>) -> bool {
+    matches!(value.as_deref(), Some("true" | "1" | "True" | "TRUE"))
+}
+
+fn number(name: &str, value: &Option<String>) -> Result<Option<i64>, Refusal> {
+    match value.as_deref() {
+        None | Some("") => Ok(None),
+        Some(text) => text.parse::<i64>().map(Some).map_err(|_| {
+            Box::new(status_response(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("{name} must be an integer"),
+            ))
+        }),
+    }
+}
+
+async fn container_logs(
+    State(state): State<KubeletState>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    query: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+    request: Request,
+) -> Response {
+    let Ok(Query(query)) = query else {
+        return status_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "invalid query".into(),
+        );
+    };
+    let (target, host_name) = match authorize(
+        &state,
+        fingerprint(&request),
+        "containerLogs",
+        namespace,
+        pod,
+        Some(container),
+    )
+    .await
+    {
+        Ok(found) => found,
+        Err(answer) => return *answer,
+    };
+    let params = (|| {
+        Ok::<_, Refusal>(LogParams {
+            container: target.container.clone(),
+            follow: flag(&query.follow),
+            previous: flag(&query.previous),
+            timestamps: flag(&query.timestamps),
+            tail_lines: number("tailLines", &query.tail_lines)?,
+            since_seconds: number("sinceSeconds", &query.since_seconds)?,
+            limit_bytes: number("limitBytes", &query.limit_bytes)?,
+            ..LogParams::default()
+        })
+    })();
+    let params = match params {
+        Ok(p) => p,
+        Err(answer) => return *answer,
+    };
+    let pods: Api<Pod> = Api::namespaced(state.host.clone(), &target.tenant_cluster.namespace);
+    match pods.log_stream(&host_name, &params).await {
+        Ok(reader) => {
+            use tokio_util::compat::FuturesAsyncReadCompatExt;
+            let stream = tokio_util::io::ReaderStream::new(reader.compat());
+            let mut response = Body::from_stream(stream).into_response();
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            response
+        }
+        Err(kube::Error::Api(status)) => {
+            let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::BAD_GATEWAY);
+            status_response(code, &status.reason, status.message)
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "kubelet endpoint: reading logs from the host failed");
+            status_response(
+                StatusCode::BAD_GATEWAY,
+                "InternalError",
+                "the host API server did not answer".to_owned(),
+            )
+        }
+    }
+}
+
+async fn exec(
+    State(state): State<KubeletState>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    request: Request,
+) -> Response {
+    streaming(state, StreamKind::Exec, namespace, pod, container, request).await
+}
+
+async fn attach(
+    State(state): State<KubeletState>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    request: Request,
+) -> Response {
+    streaming(
+        state,
+        StreamKind::Attach,
+        namespace,
+        pod,
+        container,
+        request,
+    )
+    .await
+}
+
+async fn streaming(
+    state: KubeletState,
+    kind: StreamKind,
+    namespace: String,
+    pod: String,
+    container: String,
+    request: Request,
+) -> Response {
+    let (target, host_name) = match authorize(
+        &state,
+        fingerprint(&request),
+        kind.as_str(),
+        namespace,
+        pod,
+        Some(container),
+    )
+    .await
+    {
+        Ok(found) => found,
+        Err(answer) => return *answer,
+    };
+    let options = match StreamOptions::from_query(request.uri().query().unwrap_or_default()) {
+        Ok(o) => o,
+        Err(message) => return status_response(StatusCode::BAD_REQUEST, "BadRequest", message),
+    };
+    if kind == StreamKind::Exec && options.command.is_empty() {
+        return status_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "exec needs a command".to_owned(),
+        );
+    }
+    let pods: Api<Pod> = Api::namespaced(state.host.clone(), &target.tenant_cluster.namespace);
+    stream::upgrade(request, pods, host_name, target, kind, options).await
+}
+
+async fn port_forward(
+    State(state): State<KubeletState>,
+    Path((namespace, pod)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    if let Err(answer) = authorize(
+        &state,
+        fingerprint(&request),
+        "portForward",
+        namespace,
+        pod,
+        None,
+    )
+    .await
+    {
+        return *answer;
+    }
+    status_response(
+        StatusCode::NOT_IMPLEMENTED,
+        "NotImplemented",
+        "port-forward is not implemented by tenantplane's kubelet endpoint yet".to_owned(),
+    )
+}
+
+async fn not_implemented_run() -> Response {
+    status_response(
+        StatusCode::NOT_IMPLEMENTED,
+        "NotImplemented",
+        "run is not implemented by tenantplane's kubelet endpoint; use exec".to_owned(),
+    )
+}
+
+/// Serves [`router`] over TLS on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, peer)) => {
+                    connections.spawn(connection(acceptor.clone(), tcp, peer, app.clone(), stop_rx.clone()));
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "accepting a connection failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    stop_tx.send_replace(true);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        connections.shutdown().await;
+    }
+}
+
+async fn connection(
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    app: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(err)) => {
+            tracing::debug!(%peer, error = %err, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let fingerprint = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|leaf| fingerprint_der(leaf.as_ref()));
+    let app = app.layer(axum::Extension(Caller(fingerprint)));
+    let service = TowerToHyperService::new(app);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(tls), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(err) = result {
+                tracing::debug!(%peer, error = %err, "connection ended with an error");
+            }
+        }
+        () = async { let _ = stop.wait_for(|stopped| *stopped).await; } => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! TLS for the kubelet endpoint: a serving certificate (given, or generated at
+//! start), and a client certificate REQUIRED from every caller. Any chain is
+//! accepted at the TLS layer, but the caller must prove it holds the certificate's
+//! private key (the handshake signature is verified); who it is, is decided
+//! afterwards from the leaf certificate's fingerprint (see [`crate::registry`]).
+
+use std::sync::Arc;
+
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
+
+/// Why the TLS configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("the {what} is not valid PEM: {message}")]
+    Pem { what: &'static str, message: String },
+    #[error("the certificate file holds no certificate")]
+    NoCertificate,
+    #[error("TLS configuration: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("could not generate a serving certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("could not read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Accepts any client certificate chain whose leaf signed the handshake.
+#[derive(Debug)]
+pub struct AnyClientCert {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl AnyClientCert {
+    pub fn new(provider: &CryptoProvider) -> Self {
+        Self {
+            algorithms: provider.signature_verification_algorithms,
+        }
+    }
+}
+
+impl ClientCertVerifier for AnyClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        // Identity is the fingerprint, looked up per request; the signature checks
+        // below prove the caller holds the key.
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// A PEM certificate chain and key.
+#[derive(Clone)]
+pub struct ServingCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for ServingCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingCert").finish_non_exhaustive()
+    }
+}
+
+impl ServingCert {
+    /// A self-signed certificate for these names and addresses (the kube-apiserver
+    /// does not verify kubelet serving certificates unless it is given
+    /// `--kubelet-certificate-authority`).
+    pub fn generate(sans: &[String]) -> Result<Self, TlsError> {
+        let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        for san in sans {
+            if !names.contains(san) {
+                names.push(san.clone());
+            }
+        }
+        let generated = rcgen::generate_simple_self_signed(names)?;
+        Ok(Self {
+            cert_pem: generated.cert.pem(),
+            key_pem: generated.signing_key.serialize_pem(),
+        })
+    }
+
+    pub fn from_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Self, TlsError> {
+        let read = |path: &std::path::Path| {
+            std::fs::read_to_string(path).map_err(|source| TlsError::Read {
+                path: path.display().to_string(),
+                source,
+            })
+        };
+        Ok(Self {
+            cert_pem: read(cert)?,
+            key_pem: read(key)?,
+        })
+    }
+}
+
+/// The server configuration: ring, TLS 1.2 and 1.3, HTTP/1.1 (upgrades need it),
+/// a client certificate required from every caller.
+pub fn server_config(serving: &ServingCert) -> Result<Arc<ServerConfig>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(serving.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            what: "certificate",
+            message: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate);
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes()).map_err(|e| TlsError::Pem {
+            what: "private key",
+            message: e.to_string(),
+        })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = Arc::new(AnyClientCert::new(&provider));
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}

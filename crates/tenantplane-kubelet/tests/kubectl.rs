@@ -1,0 +1,205 @@
+//! End to end with the real kubectl against the TENANT API server: `logs`,
+//! `logs -f`, `exec -- echo` and `exec -i -- cat` reach the host Pod through
+//! tenantplane's kubelet endpoint and the HOST API server, and the host-side
+//! kubelet (a TestKubelet) sees the HOST Pod's name, never the tenant's.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+use tenantplane_testenv::TestKubelet;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const NODE: &str = "node-a";
+
+async fn kubectl(w: &World, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let kubeconfig = w.h.tenant_server.kubeconfig_path();
+    let mut command = tokio::process::Command::new("kubectl");
+    command
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--request-timeout=30s")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("kubectl on PATH");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).await.unwrap();
+        drop(pipe);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("kubectl finished within 60 s")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
+    let w = World::start().await;
+    // The host node, played by a test kubelet the host API server proxies to.
+    let kubelet = TestKubelet::start(&w.h.host_server, NODE).await.unwrap();
+    // The tenant Node of that host node advertises tenantplane's kubelet endpoint
+    // (until the engine writes it so itself, the test does; the Node carries no
+    // managed-by label, so the engine leaves its status alone).
+    let nodes: Api<Node> = Api::all(w.h.tenant.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    nodes
+        .patch_status(
+            NODE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": w.endpoint.port()}},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}]}})),
+        )
+        .await
+        .unwrap();
+
+    create(
+        &w.h.tenant,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"containers": [{"name": "app", "image": "busybox"}]}}),
+    )
+    .await;
+    let host_name = predicted("web", "shop", "dev");
+    wait_for(&w.h.host_api("v1", "Pod"), &host_name).await;
+    kubelet
+        .bind_pod(&w.h.host, HOST_NS, &host_name)
+        .await
+        .unwrap();
+    // The engine binds the tenant Pod to the tenant Node of the same name.
+    wait_for_that(
+        &w.h.tenant_api("v1", "Pod", "shop"),
+        "web",
+        "bound to the tenant Node and Running",
+        |p| p.data["spec"]["nodeName"] == NODE && p.data["status"]["phase"] == "Running",
+    )
+    .await;
+
+    // kubectl logs: the host Pod's log, by the host Pod's name.
+    let (ok, out, err) = kubectl(&w, &["-n", "shop", "logs", "web"], None).await;
+    assert!(ok, "kubectl logs failed: {err}");
+    assert!(
+        out.contains(&format!("log line 1 from {HOST_NS}/{host_name}/app")),
+        "{out}"
+    );
+    let (ok, out, err) = kubectl(&w, &["-n", "shop", "logs", "web", "--tail=2"], None).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+
+    // kubectl logs -f: lines keep coming; read three, then stop it.
+    let mut follow = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(w.h.tenant_server.kubeconfig_path())
+        .args(["-n", "shop", "logs", "-f", "--tail=1", "web"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("a followed line within 30 s")
+            .unwrap()
+            .expect("the follow stream ended early");
+        seen.push(line);
+    }
+    follow.kill().await.unwrap();
+    assert!(seen.iter().all(|l| l.contains(&host_name)), "{seen:?}");
+
+    // kubectl exec without stdin.
+    let (ok, out, err) = kubectl(
+        &w,
+        &["-n", "shop", "exec", "web", "--", "echo", "hello", "tenant"],
+        None,
+    )
+    .await;
+    assert!(ok, "kubectl exec failed: {err}");
+    assert_eq!(out, "hello tenant\n");
+
+    // kubectl exec -i with stdin: cat echoes it back, and ends with stdin.
+    let (ok, out, err) = kubectl(
+        &w,
+        &["-n", "shop", "exec", "-i", "web", "--", "cat"],
+        Some("ping\npong\n"),
+    )
+    .await;
+    assert!(ok, "kubectl exec -i failed: {err}");
+    assert_eq!(out, "ping\npong\n");
+
+    // A failing command's exit code comes through.
+    let (ok, _, err) = kubectl(
+        &w,
+        &["-n", "shop", "exec", "web", "--", "sh", "-c", "exit 3"],
+        None,
+    )
+    .await;
+    assert!(!ok, "{err}");
+    assert!(err.contains("exit code 3"), "{err}");
+
+    // kubectl attach -i: the host Pod's container, stdin passed through.
+    let (ok, out, err) = kubectl(
+        &w,
+        &["-n", "shop", "attach", "-i", "web", "-c", "app"],
+        Some("hi\n"),
+    )
+    .await;
+    assert!(ok, "kubectl attach failed: {err}");
+    assert!(
+        out.contains(&format!("attached to {HOST_NS}/{host_name}/app")),
+        "{out}"
+    );
+    assert!(out.contains("hi\n"), "{out}");
+
+    // The host kubelet saw only the host Pod, in the host namespace.
+    let requests = kubelet.requests();
+    let prefix = |kind: &str| format!("/{kind}/{HOST_NS}/{host_name}/app");
+    assert!(
+        requests.iter().any(|r| r.path == prefix("containerLogs")),
+        "{requests:#?}"
+    );
+    assert!(
+        requests.iter().any(|r| r.path == prefix("exec")),
+        "{requests:#?}"
+    );
+    assert!(
+        requests.iter().all(|r| !r.path.contains("/shop/")),
+        "the host kubelet was asked for a tenant name: {requests:#?}"
+    );
+    // No refusal was recorded for these calls.
+    assert!(w.kubelet_skips().await.is_empty());
+    drop(kubelet);
+    w.stop().await;
+}
