@@ -4,6 +4,7 @@
 //! the tenant, and which dependency copies are still needed.
 
 pub mod dns;
+pub mod host_events;
 pub mod host_pod;
 pub mod isolation;
 pub mod node;
@@ -17,5 +18,6 @@ pub use dns::{PodDns, apply_pod_dns};
 pub use host_pod::{
     HostPod, HostPodContext, HostPodError, TenantApiEndpoint, TokenProjection, to_host_pod,
 };
+pub use node::{KubeletEndpoint, NodeView};
 pub use isolation::{PodControls, PodRefusal, check_pod, check_service};
 pub use refs::{Dependency, DependencyKind, PodReference, dependencies, pod_references};
