@@ -44,10 +44,10 @@ use crate::kind_sync::{PodSettings, release_pod_finalizers};
 use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER};
 use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane_with};
 use tenantplane_core::metadata::ANNOTATION_VIRTUAL_NAME;
-use tenantplane_core::pods::{NodeView, PodControls};
 use tenantplane_core::pods::host_pod::TOKEN_SECRET_PREFIX;
 use tenantplane_core::pods::storage::pv_is_ours;
 use tenantplane_core::pods::tokens::TOKEN_KIND;
+use tenantplane_core::pods::{NodeView, PodControls};
 
 /// Holds the TenantCluster until its host objects are gone.
 pub const FINALIZER: &str = "tenantplane.io/cleanup";

@@ -138,7 +138,9 @@ impl Metrics {
 
     /// Host Events with `outcome` so far.
     pub fn host_events_of(&self, outcome: &'static str) -> u64 {
-        self.host_events.get_or_create(&OutcomeLabels { outcome }).get()
+        self.host_events
+            .get_or_create(&OutcomeLabels { outcome })
+            .get()
     }
 
     /// Full passes completed for `tenant` (all its kinds together).

@@ -175,7 +175,11 @@ async fn a_virtual_node_shows_nothing_of_the_host_outside_the_allow_list_and_goe
     .collect();
     assert_eq!(labels, expected);
     assert!(
-        node.metadata.annotations.clone().unwrap_or_default().is_empty(),
+        node.metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .is_empty(),
         "{:?}",
         node.metadata.annotations
     );
@@ -230,7 +234,7 @@ async fn a_virtual_node_shows_nothing_of_the_host_outside_the_allow_list_and_goe
 
 #[tokio::test]
 async fn a_mirror_node_keeps_the_host_name_and_allowed_labels_and_advertises_the_kubelet_endpoint()
- {
+{
     let endpoint = KubeletEndpoint {
         address: "127.0.0.1".into(),
         port: 10443,
@@ -262,7 +266,10 @@ async fn a_mirror_node_keeps_the_host_name_and_allowed_labels_and_advertises_the
     assert!(!labels.contains_key("corp.example/rack"));
     assert!(!labels.contains_key("node-role.kubernetes.io/secret-gpu"));
     let text = serde_json::to_string(&node).unwrap();
-    assert!(!text.contains(HOST_NODE_IP) && !text.contains("0secret"), "{text}");
+    assert!(
+        !text.contains(HOST_NODE_IP) && !text.contains("0secret"),
+        "{text}"
+    );
     controller.stop().await;
 }
 
@@ -336,7 +343,10 @@ async fn scheduled_mode_offers_schedulable_nodes_syncs_only_bound_pods_and_pins_
         .header("content-type", "application/json")
         .body(serde_json::to_vec(&binding).unwrap())
         .unwrap();
-    h.tenant.request_text(request).await.expect("bind in the tenant");
+    h.tenant
+        .request_text(request)
+        .await
+        .expect("bind in the tenant");
     let host_loose = wait_for(&host_pods, &predicted("loose", "shop", "dev")).await;
     assert_eq!(
         host_loose.data["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -390,20 +400,45 @@ async fn host_pod_events_reach_the_tenant_pod_with_tenant_names_and_others_never
         .unwrap();
 
     // Something in the host namespace tenantplane does not own, with its Event.
-    create(&h.host, json!({"apiVersion": "v1", "kind": "Pod",
+    create(
+        &h.host,
+        json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "stranger", "namespace": HOST_NS},
-        "spec": {"containers": [{"name": "app", "image": "nginx"}]}})).await;
-    create(&h.host, host_event("stranger.1", "stranger", "s-uid", "StrangerFailed",
-        "stranger failed on secret-rack-7.corp.example", 1)).await;
+        "spec": {"containers": [{"name": "app", "image": "nginx"}]}}),
+    )
+    .await;
+    create(
+        &h.host,
+        host_event(
+            "stranger.1",
+            "stranger",
+            "s-uid",
+            "StrangerFailed",
+            "stranger failed on secret-rack-7.corp.example",
+            1,
+        ),
+    )
+    .await;
     // A Node Event never crosses either.
-    let mut node_event = host_event("node.1", HOST_NODE, "n-uid", "NodeTrouble", "node trouble", 1);
+    let mut node_event = host_event(
+        "node.1",
+        HOST_NODE,
+        "n-uid",
+        "NodeTrouble",
+        "node trouble",
+        1,
+    );
     node_event["involvedObject"] = json!({"kind": "Node", "name": HOST_NODE});
     create(&h.host, node_event).await;
 
     let message = format!(
         "Back-off restarting failed container app in pod {host_name}_{HOST_NS}({host_uid}) on {HOST_NODE}; see {HOST_NS}/{host_name}"
     );
-    create(&h.host, host_event("web.1", &host_name, &host_uid, "BackOff", &message, 1)).await;
+    create(
+        &h.host,
+        host_event("web.1", &host_name, &host_uid, "BackOff", &message, 1),
+    )
+    .await;
     let copied = tenant_event_with(&h, "BackOff").await;
     assert_eq!(
         copied.data["involvedObject"],
@@ -412,28 +447,46 @@ async fn host_pod_events_reach_the_tenant_pod_with_tenant_names_and_others_never
     let text = copied.data["message"].as_str().unwrap();
     assert!(text.contains("in pod web_"), "{text}");
     assert!(text.contains("see shop/web"), "{text}");
-    assert!(!text.contains(&host_name) && !text.contains("secret-rack"), "{text}");
+    assert!(
+        !text.contains(&host_name) && !text.contains("secret-rack"),
+        "{text}"
+    );
     assert_eq!(copied.data["type"], "Warning");
     assert_eq!(copied.data["source"], json!({"component": "kubelet"}));
     assert_eq!(copied.data["count"], 1);
 
     // The host counts it again: the same tenant Event counts up, no second one.
     let host_events = h.host_api("v1", "Event");
-    merge_patch(&host_events, "web.1", json!({"count": 3, "lastTimestamp": "2026-01-01T00:05:00Z"})).await;
+    merge_patch(
+        &host_events,
+        "web.1",
+        json!({"count": 3, "lastTimestamp": "2026-01-01T00:05:00Z"}),
+    )
+    .await;
     let events = h.tenant_api("v1", "Event", "shop");
-    let bumped = wait_for_that(&events, &copied.metadata.name.clone().unwrap(), "count 3", |e| {
-        e.data["count"] == 3
-    })
+    let bumped = wait_for_that(
+        &events,
+        &copied.metadata.name.clone().unwrap(),
+        "count 3",
+        |e| e.data["count"] == 3,
+    )
     .await;
     assert_eq!(bumped.data["lastTimestamp"], "2026-01-01T00:05:00Z");
     // The host Events are seen in order: once a later one about our Pod crossed, the
     // stranger's and the Node's were seen and dropped.
-    create(&h.host, host_event("web.2", &host_name, &host_uid, "Pulled", "pulled", 1)).await;
+    create(
+        &h.host,
+        host_event("web.2", &host_name, &host_uid, "Pulled", "pulled", 1),
+    )
+    .await;
     tenant_event_with(&h, "Pulled").await;
     let all = events.list(&Default::default()).await.unwrap().items;
     assert_eq!(all.len(), 2, "{all:?}");
     let text = serde_json::to_string(&all).unwrap();
-    assert!(!text.contains("stranger") && !text.contains("NodeTrouble"), "{text}");
+    assert!(
+        !text.contains("stranger") && !text.contains("NodeTrouble"),
+        "{text}"
+    );
     assert!(controller.metrics.host_events_of("foreign") >= 2);
     assert_eq!(controller.metrics.host_events_of("copied"), 2);
     assert_eq!(controller.metrics.host_events_of("deduplicated"), 1);

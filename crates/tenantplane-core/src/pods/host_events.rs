@@ -4,8 +4,8 @@
 //! dropped, and one tenant Event per (Pod, type, reason, message) whose count goes
 //! up instead of a new Event each time.
 
-use sha2::{Digest, Sha256};
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::metadata::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 
@@ -29,7 +29,12 @@ pub struct EventTarget {
 
 /// Whether host Event `event` is about host Pod `host_pod` (by name, and by UID
 /// when the Event names one).
-pub fn is_about_pod(event: &Value, host_namespace: &str, host_pod: &str, host_uid: Option<&str>) -> bool {
+pub fn is_about_pod(
+    event: &Value,
+    host_namespace: &str,
+    host_pod: &str,
+    host_uid: Option<&str>,
+) -> bool {
     let involved = event.get("involvedObject");
     let field = |f: &str| involved.and_then(|i| i.get(f)).and_then(Value::as_str);
     let uid_ok = match (field("uid").filter(|u| !u.is_empty()), host_uid) {
@@ -110,18 +115,28 @@ pub fn tenant_event(event: &Value, target: &EventTarget, existing: Option<&Value
     let last = str_of(event, "/lastTimestamp")
         .or_else(|| str_of(event, "/eventTime"))
         .or_else(|| str_of(event, "/metadata/creationTimestamp"))
-        .map(|t| seconds(t));
+        .map(seconds);
     let first = str_of(event, "/firstTimestamp")
         .map(seconds)
         .or_else(|| last.clone());
-    let annotations = |count: i64| {
-        json!({ANNOTATION_HOST_EVENT_UID: host_uid, ANNOTATION_HOST_EVENT_COUNT: count.to_string()})
-    };
+    let annotations = |count: i64| json!({ANNOTATION_HOST_EVENT_UID: host_uid, ANNOTATION_HOST_EVENT_COUNT: count.to_string()});
     if let Some(existing) = existing {
-        let seen_uid = str_of(existing, &format!("/metadata/annotations/{}", escape(ANNOTATION_HOST_EVENT_UID)));
-        let seen_count = str_of(existing, &format!("/metadata/annotations/{}", escape(ANNOTATION_HOST_EVENT_COUNT)))
-            .and_then(|c| c.parse::<i64>().ok())
-            .unwrap_or(0);
+        let seen_uid = str_of(
+            existing,
+            &format!(
+                "/metadata/annotations/{}",
+                escape(ANNOTATION_HOST_EVENT_UID)
+            ),
+        );
+        let seen_count = str_of(
+            existing,
+            &format!(
+                "/metadata/annotations/{}",
+                escape(ANNOTATION_HOST_EVENT_COUNT)
+            ),
+        )
+        .and_then(|c| c.parse::<i64>().ok())
+        .unwrap_or(0);
         let count = existing.get("count").and_then(Value::as_i64).unwrap_or(1);
         let added = if seen_uid == Some(host_uid) {
             host_count - seen_count
@@ -132,7 +147,10 @@ pub fn tenant_event(event: &Value, target: &EventTarget, existing: Option<&Value
             return EventWrite::Nothing;
         }
         let mut patch = Map::new();
-        patch.insert("metadata".into(), json!({"annotations": annotations(host_count)}));
+        patch.insert(
+            "metadata".into(),
+            json!({"annotations": annotations(host_count)}),
+        );
         patch.insert("count".into(), json!(count.saturating_add(added)));
         if let Some(last) = last {
             patch.insert("lastTimestamp".into(), Value::String(last));

@@ -7,7 +7,10 @@ fn target() -> EventTarget {
         uid: Some("t-uid".into()),
         host_namespace: "team-dev".into(),
         host_pod: "web-x-shop-x-dev".into(),
-        node: Some(("secret-rack-7".into(), "tenantplane-0123456789abcdef".into())),
+        node: Some((
+            "secret-rack-7".into(),
+            "tenantplane-0123456789abcdef".into(),
+        )),
     }
 }
 
@@ -23,15 +26,35 @@ fn host_event(uid: &str, count: i64, message: &str) -> Value {
 #[test]
 fn an_event_is_matched_to_its_host_pod_only() {
     let e = host_event("e1", 1, "x");
-    assert!(is_about_pod(&e, "team-dev", "web-x-shop-x-dev", Some("h-uid")));
+    assert!(is_about_pod(
+        &e,
+        "team-dev",
+        "web-x-shop-x-dev",
+        Some("h-uid")
+    ));
     assert!(is_about_pod(&e, "team-dev", "web-x-shop-x-dev", None));
-    assert!(!is_about_pod(&e, "team-dev", "web-x-shop-x-dev", Some("other-uid")));
+    assert!(!is_about_pod(
+        &e,
+        "team-dev",
+        "web-x-shop-x-dev",
+        Some("other-uid")
+    ));
     assert!(!is_about_pod(&e, "team-dev", "other", Some("h-uid")));
     assert!(!is_about_pod(&e, "elsewhere", "web-x-shop-x-dev", None));
     let mut not_a_pod = e.clone();
     not_a_pod["involvedObject"]["kind"] = json!("Node");
-    assert!(!is_about_pod(&not_a_pod, "team-dev", "web-x-shop-x-dev", None));
-    assert!(!is_about_pod(&json!({}), "team-dev", "web-x-shop-x-dev", None));
+    assert!(!is_about_pod(
+        &not_a_pod,
+        "team-dev",
+        "web-x-shop-x-dev",
+        None
+    ));
+    assert!(!is_about_pod(
+        &json!({}),
+        "team-dev",
+        "web-x-shop-x-dev",
+        None
+    ));
 }
 
 #[test]
@@ -73,22 +96,39 @@ fn the_same_event_again_counts_up_once() {
     let EventWrite::Create(created) = tenant_event(&e, &target(), None) else {
         panic!()
     };
-    assert_eq!(tenant_event(&e, &target(), Some(&created)), EventWrite::Nothing);
+    assert_eq!(
+        tenant_event(&e, &target(), Some(&created)),
+        EventWrite::Nothing
+    );
     // The host counted it twice more.
-    let EventWrite::Bump(patch) = tenant_event(&host_event("e1", 3, "Back-off restarting"), &target(), Some(&created)) else {
+    let EventWrite::Bump(patch) = tenant_event(
+        &host_event("e1", 3, "Back-off restarting"),
+        &target(),
+        Some(&created),
+    ) else {
         panic!()
     };
     assert_eq!(patch["count"], 3);
-    assert_eq!(patch["metadata"]["annotations"][ANNOTATION_HOST_EVENT_COUNT], "3");
+    assert_eq!(
+        patch["metadata"]["annotations"][ANNOTATION_HOST_EVENT_COUNT],
+        "3"
+    );
     let mut bumped = created.clone();
     bumped["count"] = json!(3);
     bumped["metadata"]["annotations"][ANNOTATION_HOST_EVENT_COUNT] = json!("3");
     // A new host Event with the same reason and message adds its count.
-    let EventWrite::Bump(patch) = tenant_event(&host_event("e2", 1, "Back-off restarting"), &target(), Some(&bumped)) else {
+    let EventWrite::Bump(patch) = tenant_event(
+        &host_event("e2", 1, "Back-off restarting"),
+        &target(),
+        Some(&bumped),
+    ) else {
         panic!()
     };
     assert_eq!(patch["count"], 4);
-    assert_eq!(patch["metadata"]["annotations"][ANNOTATION_HOST_EVENT_UID], "e2");
+    assert_eq!(
+        patch["metadata"]["annotations"][ANNOTATION_HOST_EVENT_UID],
+        "e2"
+    );
 }
 
 #[test]
@@ -107,11 +147,23 @@ fn names_are_stable_and_differ_by_reason_and_message() {
 
 #[test]
 fn hostile_events_do_not_panic() {
-    for e in [json!({}), json!({"count": "x", "lastTimestamp": 5}), json!({"eventTime": "2026-01-01T00:00:00.123456Z"})] {
+    for e in [
+        json!({}),
+        json!({"count": "x", "lastTimestamp": 5}),
+        json!({"eventTime": "2026-01-01T00:00:00.123456Z"}),
+    ] {
         let _ = tenant_event(&e, &target(), None);
-        let _ = tenant_event(&e, &target(), Some(&json!({"metadata": {"annotations": 3}})));
+        let _ = tenant_event(
+            &e,
+            &target(),
+            Some(&json!({"metadata": {"annotations": 3}})),
+        );
     }
-    let EventWrite::Create(t) = tenant_event(&json!({"eventTime": "2026-01-01T00:00:00.123456Z"}), &target(), None) else {
+    let EventWrite::Create(t) = tenant_event(
+        &json!({"eventTime": "2026-01-01T00:00:00.123456Z"}),
+        &target(),
+        None,
+    ) else {
         panic!()
     };
     assert_eq!(t["lastTimestamp"], "2026-01-01T00:00:00Z");

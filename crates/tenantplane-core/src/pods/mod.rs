@@ -18,6 +18,6 @@ pub use dns::{PodDns, apply_pod_dns};
 pub use host_pod::{
     HostPod, HostPodContext, HostPodError, TenantApiEndpoint, TokenProjection, to_host_pod,
 };
-pub use node::{KubeletEndpoint, NodeView};
 pub use isolation::{PodControls, PodRefusal, check_pod, check_service};
+pub use node::{KubeletEndpoint, NodeView};
 pub use refs::{Dependency, DependencyKind, PodReference, dependencies, pod_references};

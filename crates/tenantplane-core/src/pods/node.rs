@@ -126,7 +126,10 @@ impl NodeView {
     pub fn node_status(&self, host_status: Option<&Value>) -> Value {
         let mut status = Map::new();
         for field in ["capacity", "allocatable", "conditions"] {
-            if let Some(v) = host_status.and_then(|s| s.get(field)).filter(|v| !v.is_null()) {
+            if let Some(v) = host_status
+                .and_then(|s| s.get(field))
+                .filter(|v| !v.is_null())
+            {
                 status.insert(field.into(), v.clone());
             }
         }
@@ -170,8 +173,7 @@ impl NodeView {
 /// absent, so its defaulting never causes another write.
 pub fn node_status_update(tenant_status: Option<&Value>, desired: &Value) -> Option<Value> {
     let same = NODE_STATUS_FIELDS.iter().all(|field| {
-        normalized(tenant_status.and_then(|s| s.get(*field)))
-            == normalized(desired.get(*field))
+        normalized(tenant_status.and_then(|s| s.get(*field))) == normalized(desired.get(*field))
     });
     if same {
         return None;
@@ -266,9 +268,7 @@ pub fn pin_to_host_node(pod: &mut Value, host_node: &str) {
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
-    let affinity = spec
-        .entry("affinity")
-        .or_insert_with(|| json!({}));
+    let affinity = spec.entry("affinity").or_insert_with(|| json!({}));
     if !affinity.is_object() {
         *affinity = json!({});
     }

@@ -41,7 +41,10 @@ fn a_virtual_name_is_stable_salted_and_hides_the_host_name() {
         salt: "tc-uid-2".into(),
         ..view(NodeMode::Virtual)
     };
-    assert_ne!(name, other_tc.tenant_node_name("secret-rack-7.corp.example"));
+    assert_ne!(
+        name,
+        other_tc.tenant_node_name("secret-rack-7.corp.example")
+    );
     assert_eq!(
         view(NodeMode::Scheduled).tenant_node_name("secret-rack-7.corp.example"),
         name
@@ -77,7 +80,11 @@ fn a_mirror_node_keeps_the_host_name() {
     let node = view(NodeMode::Mirror).tenant_node("n1", Some(&host_node()));
     assert_eq!(node["metadata"]["name"], "n1");
     assert_eq!(node["metadata"]["labels"]["kubernetes.io/hostname"], "n1");
-    assert!(node["metadata"]["labels"].get("corp.example/rack").is_none());
+    assert!(
+        node["metadata"]["labels"]
+            .get("corp.example/rack")
+            .is_none()
+    );
     let bare = view(NodeMode::Mirror).tenant_node("n2", None);
     assert_eq!(
         bare["metadata"]["labels"],
@@ -90,17 +97,29 @@ fn the_status_is_scrubbed_and_advertises_the_endpoint_only() {
     let host = host_node();
     let hidden = view(NodeMode::Virtual).node_status(host.get("status"));
     assert_eq!(hidden["capacity"], json!({"cpu": "4", "memory": "8Gi"}));
-    assert_eq!(hidden["allocatable"], json!({"cpu": "3900m", "memory": "7Gi"}));
+    assert_eq!(
+        hidden["allocatable"],
+        json!({"cpu": "3900m", "memory": "7Gi"})
+    );
     assert_eq!(hidden["conditions"][0]["type"], "Ready");
     assert!(hidden.get("addresses").is_none());
-    assert_eq!(hidden["daemonEndpoints"], json!({"kubeletEndpoint": {"Port": 0}}));
+    assert_eq!(
+        hidden["daemonEndpoints"],
+        json!({"kubeletEndpoint": {"Port": 0}})
+    );
     assert!(hidden.get("images").is_none());
     let info = &hidden["nodeInfo"];
     assert_eq!(info["kubeletVersion"], "v1.20.2");
     assert_eq!(info["architecture"], "amd64");
     assert_eq!(info["operatingSystem"], "linux");
     assert_eq!(info["containerRuntimeVersion"], "containerd://1.4");
-    for scrubbed in ["machineID", "systemUUID", "bootID", "kernelVersion", "osImage"] {
+    for scrubbed in [
+        "machineID",
+        "systemUUID",
+        "bootID",
+        "kernelVersion",
+        "osImage",
+    ] {
         assert_eq!(info[scrubbed], "", "{scrubbed}");
     }
     let shown = NodeView {
@@ -148,7 +167,10 @@ fn the_reverse_lookup_trusts_only_recomputed_names() {
     let b = v.tenant_node_name("b");
     assert_eq!(host_node_of(&v, &b, hosts), Some("b".into()));
     // A tenant-made Node (any name it picks) maps to no host node.
-    assert_eq!(host_node_of(&v, "tenantplane-0000000000000000", hosts), None);
+    assert_eq!(
+        host_node_of(&v, "tenantplane-0000000000000000", hosts),
+        None
+    );
     assert_eq!(host_node_of(&v, "b", hosts), None);
     // Another TenantCluster's name for the same host node is not ours.
     let other = NodeView {
@@ -177,8 +199,7 @@ fn pinning_adds_the_node_to_every_term() {
     pin_to_host_node(&mut pod, "h1");
     let field = json!({"key": "metadata.name", "operator": "In", "values": ["h1"]});
     assert_eq!(
-        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            ["nodeSelectorTerms"],
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
         json!([{"matchFields": [field]}])
     );
     let again = pod.clone();
@@ -203,8 +224,8 @@ fn pinning_adds_the_node_to_every_term() {
     let mut odd = json!({"spec": {"affinity": "x"}});
     pin_to_host_node(&mut odd, "h1");
     assert_eq!(
-        odd["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            ["nodeSelectorTerms"][0]["matchFields"][0]["values"][0],
+        odd["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchFields"][0]["values"][0],
         "h1"
     );
     let mut none = json!("not a pod");

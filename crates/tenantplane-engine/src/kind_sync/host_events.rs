@@ -115,11 +115,19 @@ impl KindSyncer {
         })
     }
 
-    async fn copy_host_event(&self, event: &Event, budget: &WriteBudget) -> Result<(), kube::Error> {
+    async fn copy_host_event(
+        &self,
+        event: &Event,
+        budget: &WriteBudget,
+    ) -> Result<(), kube::Error> {
         let Ok(event) = serde_json::to_value(event) else {
             return Ok(());
         };
-        if event.pointer("/involvedObject/kind").and_then(Value::as_str) != Some("Pod") {
+        if event
+            .pointer("/involvedObject/kind")
+            .and_then(Value::as_str)
+            != Some("Pod")
+        {
             self.count_host_event("foreign");
             return Ok(());
         }

@@ -28,13 +28,13 @@ use tenantplane_core::pods::refcount::{
     ANNOTATION_POD_DEPENDENCY, DependencyKey, is_collectable, needed_dependencies,
 };
 use tenantplane_core::pods::status::{
-    FINALIZER, REASON_PHYSICAL_POD_LOST, lost_pod_status, mapping_annotations,
-    records_host_pod, tenant_pod_status_update,
+    FINALIZER, REASON_PHYSICAL_POD_LOST, lost_pod_status, mapping_annotations, records_host_pod,
+    tenant_pod_status_update,
 };
 use tenantplane_core::pods::storage::{secrets_held_by_volumes, volume_secrets};
 use tenantplane_core::pods::{
-    DependencyKind, HostPodContext, HostPodError, NodeView, PodControls, PodDns,
-    TenantApiEndpoint, dependencies, to_host_pod,
+    DependencyKind, HostPodContext, HostPodError, NodeView, PodControls, PodDns, TenantApiEndpoint,
+    dependencies, to_host_pod,
 };
 use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::services::ingress::is_ingress;
@@ -792,10 +792,7 @@ impl KindSyncer {
             // The patch's watch event brings the Pod back with its new version.
             return Ok(());
         }
-        if self
-            .bind_to_tenant_node(key, tenant_pod, host_pod)
-            .await?
-        {
+        if self.bind_to_tenant_node(key, tenant_pod, host_pod).await? {
             return Ok(());
         }
         if let Some(status) = tenant_pod_status_update(

@@ -13,7 +13,6 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch,
 use serde_json::Value;
 use tenantplane_api::{DecisionAction, HostTarget, NodeMode, TenantObjectRef};
 use tenantplane_core::metadata::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
-use tenantplane_core::pods::{HostPod, NodeView};
 use tenantplane_core::pods::host_pod::token_secret_name;
 use tenantplane_core::pods::node::{
     host_node_of, is_mirrored_node, is_schedulable, node_status_update,
@@ -21,6 +20,7 @@ use tenantplane_core::pods::node::{
 use tenantplane_core::pods::tokens::{
     is_token_secret_of, needs_tokens, refresh_after, token_secret,
 };
+use tenantplane_core::pods::{HostPod, NodeView};
 
 use super::pod::{DependencyState, get_value, put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params, typed_value};
