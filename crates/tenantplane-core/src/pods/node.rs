@@ -240,7 +240,10 @@ pub fn tenant_node_names<'a>(
 }
 
 /// Whether the tenant may schedule onto host node `node` in `scheduled` mode:
-/// not cordoned, and no NoSchedule/NoExecute taint.
+/// not cordoned, and no NoSchedule/NoExecute taint of the platform's. The
+/// `node.kubernetes.io/*` taints follow the node's conditions (not-ready,
+/// unreachable, pressure): transient, and shown to the tenant through the mirrored
+/// conditions, so a node flapping does not make its tenant Node come and go.
 pub fn is_schedulable(node: &Value) -> bool {
     let cordoned = node
         .pointer("/spec/unschedulable")
@@ -251,10 +254,12 @@ pub fn is_schedulable(node: &Value) -> bool {
         .and_then(Value::as_array)
         .is_some_and(|taints| {
             taints.iter().any(|t| {
-                matches!(
-                    t.get("effect").and_then(Value::as_str),
-                    Some("NoSchedule" | "NoExecute")
-                )
+                let key = t.get("key").and_then(Value::as_str).unwrap_or_default();
+                !key.starts_with("node.kubernetes.io/")
+                    && matches!(
+                        t.get("effect").and_then(Value::as_str),
+                        Some("NoSchedule" | "NoExecute")
+                    )
             })
         });
     !cordoned && !tainted

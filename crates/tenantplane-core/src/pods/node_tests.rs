@@ -191,6 +191,9 @@ fn schedulable_means_not_cordoned_and_not_tainted_against_scheduling() {
     assert!(is_schedulable(
         &json!({"spec": {"taints": [{"key": "k", "effect": "PreferNoSchedule"}]}})
     ));
+    assert!(is_schedulable(
+        &json!({"spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}})
+    ));
 }
 
 #[test]
