@@ -49,7 +49,7 @@ pub use tenant::{
 };
 pub use tenant_cluster::{
     ClusterMode, ControlPlane, Datastore, EgressPolicy, Expose, ExternalControlPlane, LoadBalancer,
-    Migration, Networking, ResourceLimits, Storage, SyncedResource, TenantCluster,
+    Migration, Networking, NodeMode, Nodes, ResourceLimits, Storage, SyncedResource, TenantCluster,
     TenantClusterPhase, TenantClusterSpec, TenantClusterStatus,
 };
 

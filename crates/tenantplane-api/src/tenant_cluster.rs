@@ -71,6 +71,48 @@ pub struct TenantClusterSpec {
     /// Caps for the tenant's ResourceQuota on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceLimits>,
+    /// What the tenant sees of the host nodes its Pods run on.
+    #[serde(default)]
+    pub nodes: Nodes,
+}
+
+/// The tenant's Nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Nodes {
+    /// How host nodes appear in the tenant; `virtual` (the default) reveals least.
+    #[serde(default)]
+    pub mode: NodeMode,
+}
+
+/// How host nodes appear in the tenant. In every mode a tenant Node carries only
+/// the allow-listed host labels (topology zone/region, arch, os), no host
+/// annotations or taints, no host address, and scrubbed node info; it advertises
+/// tenantplane's kubelet endpoint, never the host kubelet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum NodeMode {
+    /// One tenant Node per host node that runs this tenant's Pods, named
+    /// `tenantplane-<hash>` (the host name is not revealed); removed when no
+    /// tenant Pod runs there any more.
+    #[default]
+    Virtual,
+    /// Like `virtual`, but the tenant Node has the host node's real name.
+    Mirror,
+    /// A virtual Node for every schedulable host node; the tenant binds its Pods
+    /// itself (`spec.nodeName` or its own scheduler). Only Pods bound to one of
+    /// these Nodes are synced, pinned to the matching host node; the others wait.
+    Scheduled,
+}
+
+impl NodeMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeMode::Virtual => "virtual",
+            NodeMode::Mirror => "mirror",
+            NodeMode::Scheduled => "scheduled",
+        }
+    }
 }
 
 fn default_kubernetes_version() -> String {

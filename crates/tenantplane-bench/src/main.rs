@@ -314,6 +314,7 @@ impl RunningController {
             service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
             // No Pod runs here: host Pods keep the host's DNS.
             dns: None,
+            kubelet_endpoint: None,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Self {

@@ -44,10 +44,10 @@ use crate::kind_sync::{PodSettings, release_pod_finalizers};
 use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER};
 use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane_with};
 use tenantplane_core::metadata::ANNOTATION_VIRTUAL_NAME;
-use tenantplane_core::pods::PodControls;
 use tenantplane_core::pods::host_pod::TOKEN_SECRET_PREFIX;
 use tenantplane_core::pods::storage::pv_is_ours;
 use tenantplane_core::pods::tokens::TOKEN_KIND;
+use tenantplane_core::pods::{NodeView, PodControls};
 
 /// Holds the TenantCluster until its host objects are gone.
 pub const FINALIZER: &str = "tenantplane.io/cleanup";
@@ -86,6 +86,9 @@ pub struct ControllerConfig {
     /// Runs a DNS server per TenantCluster and points host Pods at it; `None`
     /// leaves host Pods on the host's DNS.
     pub dns: Option<crate::tenant_dns::DnsDeployment>,
+    /// Where tenant API servers reach tenantplane's kubelet endpoint; every tenant
+    /// Node advertises it. `None`: tenant Nodes advertise no address and port 0.
+    pub kubelet_endpoint: Option<tenantplane_core::pods::KubeletEndpoint>,
 }
 
 /// The TenantCluster condition saying whether tenant Services can carry their host
@@ -516,6 +519,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 "fromHostSecrets": resolved.profile.spec.controls.from_host_secrets,
                 "secret": resolved.secret_version,
                 "uid": tc.uid(),
+                "nodes": tc.spec.nodes.mode.as_str(),
             }));
             let restart = engines
                 .get(&key)
@@ -562,6 +566,11 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                                 .controls
                                 .allowed_ingress_classes
                                 .clone(),
+                            nodes: NodeView {
+                                mode: tc.spec.nodes.mode,
+                                salt: tc.uid().unwrap_or_default(),
+                                kubelet_endpoint: ctx.config.kubelet_endpoint.clone(),
+                            },
                         },
                         from_host_secrets: resolved.profile.spec.controls.from_host_secrets.clone(),
                     },

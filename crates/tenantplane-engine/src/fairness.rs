@@ -29,6 +29,24 @@ impl WriteBudget {
         self.qps
     }
 
+    /// Takes a token if one is there now; `false` when the budget is spent.
+    pub fn try_acquire(&self) -> bool {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (tokens, last) = *state;
+        let now = Instant::now();
+        let refilled = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
+        if refilled >= 1.0 {
+            *state = (refilled - 1.0, now);
+            true
+        } else {
+            *state = (refilled, now);
+            false
+        }
+    }
+
     /// Takes a token, waiting for one if the budget is spent. Returns how long it waited.
     pub async fn acquire(&self) -> Duration {
         let start = Instant::now();
@@ -61,6 +79,18 @@ impl WriteBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn try_acquire_drops_beyond_the_burst_and_refills() {
+        let budget = WriteBudget::new(ApiFairness { qps: 10, burst: 5 });
+        for _ in 0..5 {
+            assert!(budget.try_acquire());
+        }
+        assert!(!budget.try_acquire());
+        tokio::time::advance(Duration::from_millis(110)).await;
+        assert!(budget.try_acquire());
+        assert!(!budget.try_acquire());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_burst_is_free_then_writes_are_paced() {

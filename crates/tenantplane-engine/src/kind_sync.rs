@@ -37,6 +37,7 @@ use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
 mod dependency_finalizer;
+mod host_events;
 mod ingress;
 mod namespaces;
 mod outage;
@@ -51,6 +52,7 @@ mod tenant_view;
 mod two_way;
 
 pub use dependency_finalizer::LABEL_HOST_COPY;
+pub use host_events::{HOST_EVENTS_BURST, HOST_EVENTS_PER_SECOND};
 pub use pod::{DEFAULT_HOST_UNREACHABLE_RELEASE, PodSettings, release_pod_finalizers};
 pub use service::ServiceCidrMismatches;
 pub use two_way::{ConflictedObjects, TwoWaySettings};
@@ -312,6 +314,8 @@ impl KindSyncer {
             }
             let s = Arc::clone(&syncer);
             tasks.spawn(async move { s.finalize_dependencies().await });
+            let s = Arc::clone(&syncer);
+            tasks.spawn(async move { s.watch_host_events().await });
         }
         cancel.cancelled().await;
         syncer.queue.shut_down();

@@ -34,6 +34,12 @@ pub struct VerbLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `copied`, `deduplicated`, `rate_limited` or `foreign`.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TenantLabels {
     pub tenant: String,
 }
@@ -58,6 +64,8 @@ pub struct Metrics {
     pub events_suppressed: Counter,
     /// 1 while the namespace webhook answers the provisioner guard's probes.
     pub namespace_webhook_up: Gauge,
+    /// Host Events seen in TenantCluster namespaces, by what became of them.
+    pub host_events: Family<OutcomeLabels, Counter>,
 }
 
 impl Metrics {
@@ -72,6 +80,7 @@ impl Metrics {
             passes: Family::default(),
             events_suppressed: Counter::default(),
             namespace_webhook_up: Gauge::default(),
+            host_events: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("tenantplane");
         r.register(
@@ -119,7 +128,19 @@ impl Metrics {
             "1 while the namespace webhook answers (owners may create namespaces), else 0",
             metrics.namespace_webhook_up.clone(),
         );
+        r.register(
+            "host_events",
+            "Host Events in TenantCluster namespaces: copied to a tenant Pod, deduplicated (counted into an existing tenant Event), rate_limited (dropped), foreign (not about a synced Pod; never copied)",
+            metrics.host_events.clone(),
+        );
         metrics
+    }
+
+    /// Host Events with `outcome` so far.
+    pub fn host_events_of(&self, outcome: &'static str) -> u64 {
+        self.host_events
+            .get_or_create(&OutcomeLabels { outcome })
+            .get()
     }
 
     /// Full passes completed for `tenant` (all its kinds together).

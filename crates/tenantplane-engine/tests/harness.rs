@@ -74,6 +74,15 @@ impl Controller {
 
     /// With a DNS server per TenantCluster (its Deployment never runs: no kubelet).
     pub async fn start_with_dns(host: &Client, dns: Option<DnsDeployment>) -> Controller {
+        Self::start_with(host, dns, None).await
+    }
+
+    /// With a DNS server per TenantCluster and tenant Nodes advertising `kubelet_endpoint`.
+    pub async fn start_with(
+        host: &Client,
+        dns: Option<DnsDeployment>,
+        kubelet_endpoint: Option<tenantplane_core::pods::KubeletEndpoint>,
+    ) -> Controller {
         // Logs only when asked for: RUST_LOG=tenantplane_engine=debug cargo test ...
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -92,6 +101,7 @@ impl Controller {
             host_unreachable_release: HOST_UNREACHABLE_RELEASE,
             service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
             dns,
+            kubelet_endpoint,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Controller {
@@ -324,6 +334,17 @@ impl Harness {
             tenant_cluster("dev", HOST_NS, profile, policy, "dev-kubeconfig"),
         )
         .await;
+    }
+
+    /// The tenant Node name TenantCluster `dev` gives host node `host` in `mode`.
+    pub async fn tenant_node_name(&self, mode: tenantplane_api::NodeMode, host: &str) -> String {
+        let tc = self.tenant_clusters().get("dev").await.unwrap();
+        tenantplane_core::pods::NodeView {
+            mode,
+            salt: tc.metadata.uid.unwrap(),
+            kubelet_endpoint: None,
+        }
+        .tenant_node_name(host)
     }
 
     pub fn host_api(&self, api_version: &str, kind: &str) -> Api<DynamicObject> {

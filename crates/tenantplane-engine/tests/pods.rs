@@ -174,20 +174,24 @@ async fn a_pod_brings_its_dependencies_reports_status_and_settles() {
     .await;
     let status = &running.data["status"];
     assert_eq!(status["podIP"], "10.2.0.9");
-    assert_eq!(status["hostIP"], "10.1.0.4");
+    // The host node's address never reaches the tenant (no kubelet endpoint here).
+    assert!(status.get("hostIP").is_none(), "{status}");
     assert_eq!(status["podIPs"], json!([{"ip": "10.2.0.9"}]));
     assert_eq!(status["qosClass"], "BestEffort");
     assert_eq!(status["conditions"][0]["type"], "Ready");
     assert_eq!(status["containerStatuses"][0]["name"], "app");
     assert_eq!(status["startTime"], "2026-01-01T00:00:00Z");
-    // Bound (Binding subresource) to a tenant Node that mirrors the host node.
+    // Bound (Binding subresource) to the virtual tenant Node standing for the host node.
+    let node_name = h
+        .tenant_node_name(tenantplane_api::NodeMode::Virtual, "node-a")
+        .await;
     let bound = wait_for_that(&tenant_pods, "web", "bound", |p| {
-        p.data["spec"]["nodeName"] == "node-a"
+        p.data["spec"]["nodeName"] == node_name.as_str()
     })
     .await;
     assert_eq!(bound.metadata.uid, running.metadata.uid);
     let node = dynamic(&h.tenant, "v1", "Node", None)
-        .get("node-a")
+        .get(&node_name)
         .await
         .unwrap();
     assert_eq!(
@@ -615,8 +619,11 @@ async fn a_lost_host_pod_fails_the_tenant_pod_and_is_not_recreated() {
         .await
         .unwrap();
     wait_gone(&tenant_pods, "web").await;
-    // No tenant Pod is bound to the mirrored node any more: it goes too.
-    wait_gone(&dynamic(&h.tenant, "v1", "Node", None), "node-a").await;
+    // No tenant Pod is bound to its virtual node any more: it goes too.
+    let node_name = h
+        .tenant_node_name(tenantplane_api::NodeMode::Virtual, "node-a")
+        .await;
+    wait_gone(&dynamic(&h.tenant, "v1", "Node", None), &node_name).await;
     controller.stop().await;
 }
 

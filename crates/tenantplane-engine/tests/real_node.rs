@@ -104,7 +104,7 @@ async fn tenant_pods_really_run_report_status_and_reach_each_other_through_a_ser
     })
     .await;
 
-    // The tenant sees what really happened: Running, the real Pod IP, the real node.
+    // The tenant sees what really happened: Running, the real Pod IP.
     let tenant_pods: Api<Pod> = Api::namespaced(h.tenant.clone(), "shop");
     let tenant_web = eventually_within(
         "tenant Pod web Running with the host's IP",
@@ -127,11 +127,23 @@ async fn tenant_pods_really_run_report_status_and_reach_each_other_through_a_ser
         started.is_some(),
         "the tenant Pod's container state is the real one"
     );
-    eventually_within("tenant Pod web bound to the real node", REAL, || async {
+    // Bound to the virtual Node standing for the real node (the default node mode):
+    // neither its name nor its address is the host node's.
+    let virtual_node = h
+        .tenant_node_name(tenantplane_api::NodeMode::Virtual, NODE_IP)
+        .await;
+    let bound = eventually_within("tenant Pod web bound to the virtual node", REAL, || async {
         let pod = tenant_pods.get("web").await.ok()?;
-        (pod.spec?.node_name.as_deref() == Some(NODE_IP)).then_some(())
+        (pod.spec.as_ref()?.node_name.as_deref() == Some(virtual_node.as_str())).then_some(pod)
     })
     .await;
+    assert_eq!(bound.status.unwrap().host_ip, None, "no host address");
+    let tenant_node = dynamic(&h.tenant, "v1", "Node", None)
+        .get(&virtual_node)
+        .await
+        .unwrap();
+    let shown = serde_json::to_string(&tenant_node).unwrap();
+    assert!(!shown.contains(NODE_IP), "{shown}");
 
     // The client reaches the web Pod through the host Service's ClusterIP (kube-proxy).
     let services = h.host_api("v1", "Service");

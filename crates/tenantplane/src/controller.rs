@@ -189,6 +189,7 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             host_unreachable_release,
             service_cidr: service_cidr.clone(),
             dns: dns.clone(),
+            kubelet_endpoint: None,
         }
     };
     let make_tenant_config = {

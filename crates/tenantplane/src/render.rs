@@ -194,6 +194,7 @@ pub fn run(target: RenderTarget) -> anyhow::Result<String> {
                 },
                 networking: Default::default(),
                 migration: Default::default(),
+                nodes: Default::default(),
                 resources: None,
             };
             let mut tc = TenantCluster::new(&name, spec);

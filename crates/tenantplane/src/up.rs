@@ -214,6 +214,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             },
             networking: Default::default(),
             migration: Default::default(),
+            nodes: Default::default(),
             resources: None,
         },
     );
@@ -233,6 +234,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
         // No Pod runs here: host Pods keep the host's DNS.
         dns: None,
+        kubelet_endpoint: None,
     };
     let routes = tenantplane_engine::decisions::DecisionRoutes::new();
     let kubelet = crate::kubelet::start(

@@ -279,6 +279,14 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             json!({"resource": "nodes", "verb": "get", "name": "node-a"}),
         ),
         (
+            "list host nodes (scheduled node mode)",
+            json!({"resource": "nodes", "verb": "list"}),
+        ),
+        (
+            "watch host Events about synced Pods",
+            json!({"resource": "events", "verb": "watch", "namespace": "team-dev"}),
+        ),
+        (
             "read the provisioner binding",
             json!({"group": "rbac.authorization.k8s.io", "resource": "clusterrolebindings", "verb": "get", "name": "tenantplane-namespace-provisioner"}),
         ),
@@ -350,7 +358,6 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "escalate ClusterRoles",
             json!({"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "escalate", "name": "admin"}),
         ),
-        ("list nodes", json!({"resource": "nodes", "verb": "list"})),
         (
             "write host Endpoints (they are only read)",
             json!({"resource": "endpoints", "verb": "update", "namespace": "team-dev"}),

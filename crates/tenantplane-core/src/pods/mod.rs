@@ -4,6 +4,7 @@
 //! the tenant, and which dependency copies are still needed.
 
 pub mod dns;
+pub mod host_events;
 pub mod host_pod;
 pub mod isolation;
 pub mod node;
@@ -18,4 +19,5 @@ pub use host_pod::{
     HostPod, HostPodContext, HostPodError, TenantApiEndpoint, TokenProjection, to_host_pod,
 };
 pub use isolation::{PodControls, PodRefusal, check_pod, check_service};
+pub use node::{KubeletEndpoint, NodeView};
 pub use refs::{Dependency, DependencyKind, PodReference, dependencies, pod_references};

@@ -45,6 +45,30 @@ pub fn pod_status_update(
     copy_fields(tenant_status, host_status, POD_STATUS_FIELDS)
 }
 
+/// [`pod_status_update`] with the host's address replaced: the tenant Pod's
+/// `hostIP` (and `hostIPs`) is `host_ip` (tenantplane's kubelet endpoint) or absent,
+/// never the host node's address.
+pub fn tenant_pod_status_update(
+    tenant_status: Option<&Value>,
+    host_status: Option<&Value>,
+    host_ip: Option<&str>,
+) -> Option<Value> {
+    let mut host = host_status.cloned();
+    if let Some(status) = host.as_mut().and_then(Value::as_object_mut) {
+        let had_host = status
+            .get("hostIP")
+            .and_then(Value::as_str)
+            .is_some_and(|ip| !ip.is_empty());
+        status.remove("hostIP");
+        status.remove("hostIPs");
+        if let Some(ip) = host_ip.filter(|_| had_host) {
+            status.insert("hostIP".into(), Value::String(ip.to_owned()));
+            status.insert("hostIPs".into(), json!([{"ip": ip}]));
+        }
+    }
+    pod_status_update(tenant_status, host.as_ref())
+}
+
 /// The tenant PVC status to write for a Bound host PVC: capacity and conditions
 /// only. The phase stays the tenant's own: its PV controller owns it, and fighting
 /// it would be a loop.
@@ -202,6 +226,26 @@ mod tests {
             None,
             "no loop"
         );
+    }
+
+    #[test]
+    fn the_host_address_never_reaches_the_tenant() {
+        let hidden = tenant_pod_status_update(None, Some(&host_status()), None).unwrap();
+        assert!(hidden.get("hostIP").is_none() && hidden.get("hostIPs").is_none());
+        assert_eq!(hidden["podIP"], "10.2.0.9");
+        let shown =
+            tenant_pod_status_update(None, Some(&host_status()), Some("127.0.0.1")).unwrap();
+        assert_eq!(shown["hostIP"], "127.0.0.1");
+        assert_eq!(shown["hostIPs"], json!([{"ip": "127.0.0.1"}]));
+        assert_eq!(
+            tenant_pod_status_update(Some(&shown), Some(&host_status()), Some("127.0.0.1")),
+            None,
+            "no loop"
+        );
+        // Not on a node yet: no address at all.
+        let pending = json!({"phase": "Pending"});
+        let update = tenant_pod_status_update(None, Some(&pending), Some("127.0.0.1")).unwrap();
+        assert!(update.get("hostIP").is_none());
     }
 
     #[test]

@@ -23,16 +23,17 @@ use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::plan::{ApplyPlan, plan_apply, stamp_desired_hash};
+use tenantplane_core::pods::node::pin_to_host_node;
 use tenantplane_core::pods::refcount::{
     ANNOTATION_POD_DEPENDENCY, DependencyKey, is_collectable, needed_dependencies,
 };
 use tenantplane_core::pods::status::{
-    FINALIZER, REASON_PHYSICAL_POD_LOST, lost_pod_status, mapping_annotations, pod_status_update,
-    records_host_pod,
+    FINALIZER, REASON_PHYSICAL_POD_LOST, lost_pod_status, mapping_annotations, records_host_pod,
+    tenant_pod_status_update,
 };
 use tenantplane_core::pods::storage::{secrets_held_by_volumes, volume_secrets};
 use tenantplane_core::pods::{
-    DependencyKind, HostPodContext, HostPodError, PodControls, PodDns, TenantApiEndpoint,
+    DependencyKind, HostPodContext, HostPodError, NodeView, PodControls, PodDns, TenantApiEndpoint,
     dependencies, to_host_pod,
 };
 use tenantplane_core::provenance::reverse_lookup;
@@ -74,6 +75,8 @@ pub struct PodSettings {
     pub dns_domain: Option<String>,
     /// The profile's `controls.allowedIngressClasses` (absent allows any).
     pub allowed_ingress_classes: Option<Vec<String>>,
+    /// How the tenant's Nodes are named and what they advertise.
+    pub nodes: NodeView,
 }
 
 impl Default for PodSettings {
@@ -85,6 +88,7 @@ impl Default for PodSettings {
             host_unreachable_release: DEFAULT_HOST_UNREACHABLE_RELEASE,
             dns_domain: None,
             allowed_ingress_classes: None,
+            nodes: NodeView::default(),
         }
     }
 }
@@ -303,6 +307,14 @@ impl KindSyncer {
                 }
             }
         }
+        let pinned = match self.scheduled_host_node(tenant_pod).await? {
+            None => None,
+            Some(Ok(host_node)) => Some(host_node),
+            Some(Err(why)) => {
+                self.skip_once(key, uid, &host_name, "", why);
+                return Ok(());
+            }
+        };
         let built = match to_host_pod(&self.ctx.target, tenant_pod, &context) {
             Ok(built) => built,
             Err(err) => {
@@ -359,6 +371,9 @@ impl KindSyncer {
             return Ok(());
         }
         let mut desired = built.object;
+        if let Some(host_node) = &pinned {
+            pin_to_host_node(&mut desired, host_node);
+        }
         self.add_service_env(key, tenant_pod, host_pod.as_ref(), &mut desired)
             .await?;
         let hash = stamp_desired_hash(&mut desired);
@@ -777,13 +792,14 @@ impl KindSyncer {
             // The patch's watch event brings the Pod back with its new version.
             return Ok(());
         }
-        if self
-            .bind_to_mirrored_node(key, tenant_pod, host_pod)
-            .await?
-        {
+        if self.bind_to_tenant_node(key, tenant_pod, host_pod).await? {
             return Ok(());
         }
-        if let Some(status) = pod_status_update(tenant_pod.get("status"), host_pod.get("status")) {
+        if let Some(status) = tenant_pod_status_update(
+            tenant_pod.get("status"),
+            host_pod.get("status"),
+            self.ctx.pods.nodes.host_ip(),
+        ) {
             self.replace_tenant_status(key, tenant_pod, status).await?;
         }
         Ok(())

@@ -1,6 +1,7 @@
 //! What makes a host Pod work and look right from the tenant: its service-account
 //! tokens (requested from the tenant API server, kept in a host Secret, refreshed
-//! before expiry), and the tenant Node it is bound to (a mirror of its host node).
+//! before expiry), and the tenant Node it is bound to (standing for its host node,
+//! per the TenantCluster's node mode).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -8,16 +9,18 @@ use std::time::Duration;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use serde_json::Value;
-use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
+use tenantplane_api::{DecisionAction, HostTarget, NodeMode, TenantObjectRef};
 use tenantplane_core::metadata::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
-use tenantplane_core::pods::HostPod;
 use tenantplane_core::pods::host_pod::token_secret_name;
-use tenantplane_core::pods::node::{is_mirrored_node, node_status_update, tenant_node};
+use tenantplane_core::pods::node::{
+    host_node_of, is_mirrored_node, is_schedulable, node_status_update,
+};
 use tenantplane_core::pods::tokens::{
     is_token_secret_of, needs_tokens, refresh_after, token_secret,
 };
+use tenantplane_core::pods::{HostPod, NodeView};
 
 use super::pod::{DependencyState, get_value, put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params, typed_value};
@@ -204,15 +207,23 @@ impl KindSyncer {
         }
     }
 
-    /// Binds the tenant Pod to the tenant Node mirroring the host node its host Pod
-    /// runs on (creating that Node first). Returns whether it wrote.
-    pub(super) async fn bind_to_mirrored_node(
+    fn node_view(&self) -> &NodeView {
+        &self.ctx.pods.nodes
+    }
+
+    fn tenant_nodes(&self) -> Api<DynamicObject> {
+        Api::all_with(self.ctx.tenant.clone(), &core("Node"))
+    }
+
+    /// Binds the tenant Pod to the tenant Node standing for the host node its host
+    /// Pod runs on (creating that Node first). Returns whether it wrote.
+    pub(super) async fn bind_to_tenant_node(
         &self,
         key: &Key,
         tenant_pod: &Value,
         host_pod: &Value,
     ) -> Result<bool, SyncError> {
-        let Some(node) = str_at(host_pod, "/spec/nodeName").filter(|n| !n.is_empty()) else {
+        let Some(host_node) = str_at(host_pod, "/spec/nodeName").filter(|n| !n.is_empty()) else {
             return Ok(false);
         };
         if tenant_pod
@@ -222,7 +233,7 @@ impl KindSyncer {
         {
             return Ok(false);
         }
-        self.mirror_node(&node).await?;
+        let node = self.ensure_tenant_node(&host_node).await?;
         let binding = serde_json::json!({"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": key.1, "namespace": key.0, "uid": str_at(tenant_pod, "/metadata/uid")},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
@@ -246,49 +257,89 @@ impl KindSyncer {
         }
     }
 
-    /// Creates the tenant Node `name` if it is missing, and brings its status in line
-    /// with the host node's.
-    async fn mirror_node(&self, name: &str) -> Result<(), SyncError> {
-        let host_node = self.host_node(name).await;
-        let nodes: Api<DynamicObject> = Api::all_with(self.ctx.tenant.clone(), &core("Node"));
-        let existing = match get_value(&nodes, &core("Node"), name).await? {
+    /// Creates the tenant Node for host node `host_name` if it is missing, and
+    /// brings it in line with the host node. Returns the tenant Node's name.
+    async fn ensure_tenant_node(&self, host_name: &str) -> Result<String, SyncError> {
+        let host_node = self.host_node(host_name).await;
+        self.ensure_tenant_node_from(host_name, host_node.as_ref())
+            .await
+    }
+
+    async fn ensure_tenant_node_from(
+        &self,
+        host_name: &str,
+        host_node: Option<&Value>,
+    ) -> Result<String, SyncError> {
+        let view = self.node_view();
+        let name = view.tenant_node_name(host_name);
+        let nodes = self.tenant_nodes();
+        let existing = match get_value(&nodes, &core("Node"), &name).await? {
             Some(n) => n,
             None => {
                 let body: DynamicObject =
-                    serde_json::from_value(tenant_node(name, host_node.as_ref()))
+                    serde_json::from_value(view.tenant_node(host_name, host_node))
                         .map_err(|e| SyncError::Decode(e.to_string()))?;
                 match nodes.create(&post_params(), &body).await {
                     Ok(created) => typed_value(&created, &core("Node"))?,
-                    Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
+                    Err(kube::Error::Api(status)) if status.code == 409 => return Ok(name),
                     Err(source) => {
                         return Err(SyncError::Api {
                             verb: "create",
-                            name: name.to_owned(),
+                            name,
                             source,
                         });
                     }
                 }
             }
         };
-        self.refresh_node_status(&nodes, &existing, host_node.as_ref())
-            .await
+        self.refresh_tenant_node(&nodes, &existing, host_name, host_node)
+            .await?;
+        Ok(name)
     }
 
-    async fn refresh_node_status(
+    /// Brings a tenant Node tenantplane made in line with its host node: labels
+    /// from the allow-list only (a Node made by an older version loses the rest)
+    /// and the scrubbed status. Writes only what differs.
+    async fn refresh_tenant_node(
         &self,
         nodes: &Api<DynamicObject>,
         tenant: &Value,
+        host_name: &str,
         host: Option<&Value>,
     ) -> Result<(), SyncError> {
         if !is_mirrored_node(tenant) {
             return Ok(());
         }
-        let Some(status) =
-            node_status_update(tenant.get("status"), host.and_then(|h| h.get("status")))
-        else {
+        let view = self.node_view();
+        let name = str_at(tenant, "/metadata/name").unwrap_or_default();
+        let wanted = view.tenant_node(host_name, host);
+        let current_labels = tenant.pointer("/metadata/labels");
+        let wanted_labels = wanted.pointer("/metadata/labels");
+        let mut tenant = tenant.clone();
+        if current_labels != wanted_labels {
+            let mut labels: serde_json::Map<String, Value> = current_labels
+                .and_then(Value::as_object)
+                .map(|l| l.keys().map(|k| (k.clone(), Value::Null)).collect())
+                .unwrap_or_default();
+            if let Some(w) = wanted_labels.and_then(Value::as_object) {
+                labels.extend(w.clone());
+            }
+            let patch = serde_json::json!({"metadata": {"labels": labels}});
+            let patched = nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map_err(|source| SyncError::Api {
+                    verb: "relabel",
+                    name: name.clone(),
+                    source,
+                })?;
+            tenant = typed_value(&patched, &core("Node"))?;
+        }
+        let desired = view.node_status(host.and_then(|h| h.get("status")));
+        let Some(status) = node_status_update(tenant.get("status"), &desired) else {
             return Ok(());
         };
-        put_status(nodes, tenant, status).await?;
+        put_status(nodes, &tenant, status).await?;
         Ok(())
     }
 
@@ -298,15 +349,63 @@ impl KindSyncer {
         match nodes.get_opt(name).await {
             Ok(node) => node.and_then(|n| serde_json::to_value(n).ok()),
             Err(err) => {
-                tracing::debug!(%err, node = name, "host node not readable; mirroring its name only");
+                tracing::debug!(%err, node = name, "host node not readable; its tenant Node shows no status");
                 None
             }
         }
     }
 
-    /// Mirrored tenant Nodes: refreshed while a tenant Pod is bound to them, removed
-    /// when none is.
+    /// Every host node, for `scheduled` mode.
+    pub(super) async fn host_nodes(&self) -> Result<Vec<Value>, SyncError> {
+        let nodes: Api<Node> = Api::all(self.ctx.host.clone());
+        let list = nodes
+            .list(&ListParams::default())
+            .await
+            .map_err(|source| SyncError::Api {
+                verb: "list",
+                name: "nodes".into(),
+                source,
+            })?;
+        list.items
+            .into_iter()
+            .map(|n| serde_json::to_value(n).map_err(|e| SyncError::Decode(e.to_string())))
+            .collect()
+    }
+
+    /// In `scheduled` mode: the host node a tenant Pod is pinned to, or why it
+    /// waits. `Ok(None)` in the other modes (the host scheduler places Pods).
+    pub(super) async fn scheduled_host_node(
+        &self,
+        tenant_pod: &Value,
+    ) -> Result<Option<Result<String, String>>, SyncError> {
+        let view = self.node_view();
+        if view.mode != NodeMode::Scheduled {
+            return Ok(None);
+        }
+        let Some(node) = str_at(tenant_pod, "/spec/nodeName").filter(|n| !n.is_empty()) else {
+            return Ok(Some(Err(
+                "waits to be scheduled: in the scheduled node mode the tenant binds its Pods to its Nodes (spec.nodeName or its own scheduler), and this Pod is not bound yet".into(),
+            )));
+        };
+        let hosts = self.host_nodes().await?;
+        let names: Vec<String> = hosts
+            .iter()
+            .filter_map(|h| str_at(h, "/metadata/name"))
+            .collect();
+        Ok(Some(
+            host_node_of(view, &node, names.iter().map(String::as_str)).ok_or_else(|| {
+                format!(
+                    "waits: it is bound to Node {node}, which is not one of the Nodes tenantplane made for this TenantCluster (the scheduled node mode syncs only Pods bound to those)"
+                )
+            }),
+        ))
+    }
+
+    /// Tenant Nodes tenantplane made: refreshed while a tenant Pod is bound to them
+    /// (in `scheduled` mode also while their host node is schedulable, created if
+    /// missing), removed otherwise.
     pub(super) async fn collect_nodes(&self) -> Result<(), SyncError> {
+        let view = self.node_view();
         let used: BTreeSet<String> = self
             .tenant_store
             .state()
@@ -314,7 +413,29 @@ impl KindSyncer {
             .filter_map(|p| typed_value(p, &self.tenant_resource).ok())
             .filter_map(|p| str_at(&p, "/spec/nodeName"))
             .collect();
-        let nodes: Api<DynamicObject> = Api::all_with(self.ctx.tenant.clone(), &core("Node"));
+        // Tenant Node name -> host node (with the host node when listed).
+        let mut hosts: BTreeMap<String, (String, Option<Value>)> = self
+            .host_store
+            .state()
+            .iter()
+            .filter_map(|p| p.data.pointer("/spec/nodeName").and_then(Value::as_str))
+            .filter(|n| !n.is_empty())
+            .map(|n| (view.tenant_node_name(n), (n.to_owned(), None)))
+            .collect();
+        let mut wanted = BTreeSet::new();
+        if view.mode == NodeMode::Scheduled {
+            for host in self.host_nodes().await? {
+                let Some(name) = str_at(&host, "/metadata/name") else {
+                    continue;
+                };
+                let tenant_name = view.tenant_node_name(&name);
+                if is_schedulable(&host) {
+                    wanted.insert(tenant_name.clone());
+                }
+                hosts.insert(tenant_name, (name, Some(host)));
+            }
+        }
+        let nodes = self.tenant_nodes();
         let mirrored = nodes
             .list(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")))
             .await
@@ -323,13 +444,20 @@ impl KindSyncer {
                 name: "nodes".into(),
                 source,
             })?;
+        let mut present = BTreeSet::new();
         for node in mirrored {
             let node = typed_value(&node, &core("Node"))?;
             let name = str_at(&node, "/metadata/name").unwrap_or_default();
-            if used.contains(&name) {
-                let host = self.host_node(&name).await;
-                self.refresh_node_status(&nodes, &node, host.as_ref())
-                    .await?;
+            present.insert(name.clone());
+            if used.contains(&name) || wanted.contains(&name) {
+                if let Some((host_name, host)) = hosts.get(&name) {
+                    let host = match host {
+                        Some(h) => Some(h.clone()),
+                        None => self.host_node(host_name).await,
+                    };
+                    self.refresh_tenant_node(&nodes, &node, host_name, host.as_ref())
+                        .await?;
+                }
                 continue;
             }
             let params = exactly(str_at(&node, "/metadata/uid"));
@@ -342,6 +470,12 @@ impl KindSyncer {
                         source,
                     });
                 }
+            }
+        }
+        for name in wanted.difference(&present) {
+            if let Some((host_name, host)) = hosts.get(name) {
+                self.ensure_tenant_node_from(host_name, host.as_ref())
+                    .await?;
             }
         }
         Ok(())
