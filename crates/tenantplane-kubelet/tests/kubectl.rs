@@ -13,7 +13,6 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use tenantplane_testenv::TestKubelet;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -58,32 +57,6 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
     let w = World::start().await;
     // The host node, played by a test kubelet the host API server proxies to.
     let kubelet = TestKubelet::start(&w.h.host_server, NODE).await.unwrap();
-    // The tenant Node of that host node advertises tenantplane's kubelet endpoint
-    // (until the engine writes it so itself, the test does; the Node carries no
-    // managed-by label, so the engine leaves its status alone).
-    let nodes: Api<Node> = Api::all(w.h.tenant.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    nodes
-        .patch_status(
-            NODE,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-                "daemonEndpoints": {"kubeletEndpoint": {"Port": w.endpoint.port()}},
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}]}})),
-        )
-        .await
-        .unwrap();
-
     create(
         &w.h.tenant,
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop"},
@@ -96,14 +69,41 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
         .bind_pod(&w.h.host, HOST_NS, &host_name)
         .await
         .unwrap();
-    // The engine binds the tenant Pod to the tenant Node of the same name.
-    wait_for_that(
+    // The engine binds the tenant Pod to the (virtual) tenant Node of that host
+    // node, which advertises tenantplane's kubelet endpoint, not the host's.
+    let tenant_pod = wait_for_that(
         &w.h.tenant_api("v1", "Pod", "shop"),
         "web",
-        "bound to the tenant Node and Running",
-        |p| p.data["spec"]["nodeName"] == NODE && p.data["status"]["phase"] == "Running",
+        "bound to a tenant Node and Running",
+        |p| p.data["spec"]["nodeName"].is_string() && p.data["status"]["phase"] == "Running",
     )
     .await;
+    let node_name = tenant_pod.data["spec"]["nodeName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(node_name, NODE, "the tenant sees the host node's name");
+    let node = Api::<Node>::all(w.h.tenant.clone())
+        .get(&node_name)
+        .await
+        .unwrap();
+    let status = node.status.unwrap();
+    assert_eq!(
+        status
+            .daemon_endpoints
+            .unwrap()
+            .kubelet_endpoint
+            .unwrap()
+            .port,
+        i32::from(w.endpoint.port())
+    );
+    let addresses: Vec<String> = status
+        .addresses
+        .unwrap()
+        .into_iter()
+        .map(|a| a.address)
+        .collect();
+    assert_eq!(addresses, ["127.0.0.1"]);
 
     // kubectl logs: the host Pod's log, by the host Pod's name.
     let (ok, out, err) = kubectl(&w, &["-n", "shop", "logs", "web"], None).await;

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tenantplane_core::pods::KubeletEndpoint;
 
 use anyhow::Context;
 use axum::Router;
@@ -165,6 +166,11 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    // Tenant Nodes advertise the endpoint, so the tenant API servers call it.
+    let kubelet_endpoint = kubelet.as_ref().map(|k| KubeletEndpoint {
+        address: k.advertise_address.clone(),
+        port: k.address.port(),
+    });
     // Decisions are logged by the engines; nothing else listens here.
     let (decisions, _) = broadcast::channel(1024);
     let make_config = {
@@ -189,7 +195,7 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             host_unreachable_release,
             service_cidr: service_cidr.clone(),
             dns: dns.clone(),
-            kubelet_endpoint: None,
+            kubelet_endpoint: kubelet_endpoint.clone(),
         }
     };
     let make_tenant_config = {

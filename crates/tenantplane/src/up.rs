@@ -223,19 +223,6 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
 
     let (decisions, mut received) = broadcast::channel(4096);
     let shutdown = CancellationToken::new();
-    let config = ControllerConfig {
-        host: host.clone(),
-        metrics: Arc::new(Metrics::unregistered()),
-        decisions,
-        instance: "tenantplane-up".into(),
-        workers: args.workers,
-        host_unreachable_release: tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
-        // Only external control planes here (the testenv servers share one range).
-        service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
-        // No Pod runs here: host Pods keep the host's DNS.
-        dns: None,
-        kubelet_endpoint: None,
-    };
     let routes = tenantplane_engine::decisions::DecisionRoutes::new();
     let kubelet = crate::kubelet::start(
         host.clone(),
@@ -247,6 +234,23 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     )
     .await
     .context("starting the kubelet endpoint")?;
+    let config = ControllerConfig {
+        host: host.clone(),
+        metrics: Arc::new(Metrics::unregistered()),
+        decisions,
+        instance: "tenantplane-up".into(),
+        workers: args.workers,
+        host_unreachable_release: tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
+        // Only external control planes here (the testenv servers share one range).
+        service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
+        // No Pod runs here: host Pods keep the host's DNS.
+        dns: None,
+        // Tenant Nodes advertise the endpoint: `kubectl logs` in the tenant reaches it.
+        kubelet_endpoint: Some(tenantplane_core::pods::KubeletEndpoint {
+            address: kubelet.advertise_address.clone(),
+            port: kubelet.address.port(),
+        }),
+    };
     let controller = tokio::spawn(controller::run_with_routes(
         config,
         routes,

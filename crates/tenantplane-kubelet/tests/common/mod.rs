@@ -76,6 +76,10 @@ impl World {
 
         let shutdown = CancellationToken::new();
         let routes = DecisionRoutes::new();
+        // Bound first, so the tenant Nodes the engine writes advertise its port.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = listener.local_addr().unwrap();
+
         let (tx, _) = broadcast::channel(100_000);
         let config = ControllerConfig {
             host: h.host.clone(),
@@ -86,6 +90,10 @@ impl World {
             host_unreachable_release: HOST_UNREACHABLE_RELEASE,
             service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
             dns: None,
+            kubelet_endpoint: Some(tenantplane_core::pods::KubeletEndpoint {
+                address: "127.0.0.1".into(),
+                port: endpoint.port(),
+            }),
         };
         let controller = tokio::spawn(controller::run_with_routes(
             config,
@@ -95,8 +103,6 @@ impl World {
 
         let serving = ServingCert::generate(&[]).unwrap();
         let tls = tenantplane_kubelet::server_config(&serving).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = listener.local_addr().unwrap();
         let registry = SharedRegistry::new();
         let app = tenantplane_kubelet::router(KubeletState {
             host: h.host.clone(),
