@@ -103,6 +103,11 @@ const KEY_ADMIN_TOKEN: &str = "admin-token";
 const KEY_TOKENS_CSV: &str = "tokens.csv";
 const KEY_CA_CERT: &str = "server-ca.crt";
 const KEY_CA_KEY: &str = "server-ca.key";
+const KEY_KUBELET_CERT: &str = "kubelet-client.crt";
+const KEY_KUBELET_KEY: &str = "kubelet-client.key";
+/// Where k3s' API server finds the client certificate it presents to kubelets
+/// (tenantplane's kubelet endpoint, which knows the tenant by its fingerprint).
+const KUBELET_CLIENT_DIR: &str = "/etc/tenantplane/kubelet-client";
 
 /// The control-plane namespace of a TenantCluster namespace.
 pub fn control_plane_namespace(tc_namespace: &str) -> String {
@@ -112,6 +117,12 @@ pub fn control_plane_namespace(tc_namespace: &str) -> String {
 /// The StatefulSet and ClusterIP Service of a TenantCluster's control plane.
 pub fn control_plane_name(tenant: &str) -> String {
     format!("{tenant}-cp")
+}
+
+/// The Secret (in the TenantCluster's namespace) holding the certificate (only)
+/// the provisioned API server presents to tenantplane's kubelet endpoint.
+pub fn kubelet_client_secret_name(tenant: &str) -> String {
+    format!("{tenant}-kubelet-client")
 }
 
 /// The Secret (in the TenantCluster's namespace) holding the tenant's kubeconfig.
@@ -393,7 +404,13 @@ pub async fn ensure_control_plane_with(
     let ours = |labels: &BTreeMap<String, String>| names.is_ours(labels);
     let statefulset = build::<StatefulSet>(
         "StatefulSet",
-        statefulset(&names, tc, version, service_cidr),
+        statefulset(
+            &names,
+            tc,
+            version,
+            service_cidr,
+            bootstrap.kubelet_cert_pem.is_some(),
+        ),
     )?;
     let sts_api: Api<StatefulSet> = Api::namespaced(host.clone(), cp_ns);
     let sts_action = match converge(&sts_api, &names.cp_name, Some(&statefulset), &ours, &[]).await
@@ -511,6 +528,12 @@ pub async fn ensure_control_plane_with(
         ));
     }
 
+    if let Some(cert_pem) = &bootstrap.kubelet_cert_pem {
+        if let Some(state) = ensure_kubelet_client_secret(host, &names, tc, cert_pem).await? {
+            return Ok(state);
+        }
+    }
+
     let external_endpoint = match lb {
         Some(_) => services
             .get_opt(&load_balancer_name(&names.tenant))
@@ -531,6 +554,54 @@ pub async fn ensure_control_plane_with(
         endpoint,
         external_endpoint,
     })
+}
+
+/// Publishes the certificate (never the key) the control plane presents to kubelets,
+/// in the Secret the kubelet endpoint reads. `Some` is a state to report instead.
+async fn ensure_kubelet_client_secret(
+    host: &Client,
+    names: &Names,
+    tc: &TenantCluster,
+    cert_pem: &str,
+) -> Result<Option<ControlPlaneState>, ProvisionError> {
+    let name = kubelet_client_secret_name(&names.tenant);
+    let owner = tc
+        .controller_owner_ref(&())
+        .ok_or(ProvisionError::MissingMetadata("uid"))?;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(names.namespace.clone()),
+            labels: Some(names.kubeconfig_labels()),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            "tls.crt".to_owned(),
+            ByteString(cert_pem.as_bytes().to_vec()),
+        )])),
+        type_: Some("Opaque".to_owned()),
+        ..Secret::default()
+    };
+    let api: Api<Secret> = Api::namespaced(host.clone(), &names.namespace);
+    let action = converge(
+        &api,
+        &name,
+        Some(&secret),
+        &|labels| names.is_our_kubeconfig(labels),
+        &["/data"],
+    )
+    .await
+    .map_err(converge_error("Secret", &names.namespace, &name))?;
+    Ok((action == ObjectAction::Conflict).then(|| {
+        foreign(
+            "Secret",
+            &names.namespace,
+            &name,
+            &names.tenant,
+            &names.namespace,
+        )
+    }))
 }
 
 /// Creates the `-cp` namespace or checks it; `Some` is a state to report instead of
@@ -612,6 +683,9 @@ async fn ensure_namespace(
 struct Bootstrap {
     ca_pem: String,
     admin_token: String,
+    /// Absent in bootstrap Secrets made before tenantplane issued one (they are
+    /// immutable): such a control plane keeps running without `kubectl logs`.
+    kubelet_cert_pem: Option<String>,
 }
 
 /// Reads the bootstrap Secret, or generates and creates it. Never updated: k3s'
@@ -643,9 +717,13 @@ async fn ensure_bootstrap(
                     key,
                 })
         };
+        let kubelet_cert_pem = text(KEY_KUBELET_CERT)
+            .ok()
+            .filter(|_| data.contains_key(KEY_KUBELET_KEY));
         return Ok(Ok(Bootstrap {
             ca_pem: text(KEY_CA_CERT)?,
             admin_token: text(KEY_ADMIN_TOKEN)?,
+            kubelet_cert_pem,
         }));
     }
     let (ca_pem, ca_key_pem) = server_ca(&format!(
@@ -653,6 +731,10 @@ async fn ensure_bootstrap(
         names.namespace, names.tenant
     ))?;
     let admin_token = random_hex(32)?;
+    let (kubelet_cert_pem, kubelet_key_pem) = kubelet_client_cert(&format!(
+        "tenantplane-{}-{}-kubelet-client",
+        names.namespace, names.tenant
+    ))?;
     let tokens_csv = format!("{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n");
     let secret = Secret {
         metadata: ObjectMeta {
@@ -671,6 +753,8 @@ async fn ensure_bootstrap(
                 (KEY_TOKENS_CSV, tokens_csv),
                 (KEY_CA_CERT, ca_pem.clone()),
                 (KEY_CA_KEY, ca_key_pem),
+                (KEY_KUBELET_CERT, kubelet_cert_pem.clone()),
+                (KEY_KUBELET_KEY, kubelet_key_pem),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
@@ -685,7 +769,22 @@ async fn ensure_bootstrap(
     Ok(Ok(Bootstrap {
         ca_pem,
         admin_token,
+        kubelet_cert_pem: Some(kubelet_cert_pem),
     }))
+}
+
+/// A self-signed client certificate for the API server's calls to kubelets, as PEM
+/// (cert, key). Self-signed is enough: the kubelet endpoint trusts it by fingerprint.
+fn kubelet_client_cert(common_name: &str) -> Result<(String, String), rcgen::Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    params.distinguished_name = dn;
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 /// A self-signed ECDSA P-256 CA (what k3s generates for itself), as PEM (cert, key).
@@ -793,6 +892,7 @@ fn statefulset(
     tc: &TenantCluster,
     version: &SupportedVersion,
     service_cidr: &str,
+    kubelet_client: bool,
 ) -> Value {
     let storage = &tc.spec.control_plane.storage;
     let mut claim_spec = json!({
@@ -804,6 +904,25 @@ fn statefulset(
     }
     let bootstrap = bootstrap_name(&names.tenant);
     let tls_dir = format!("{DATA_DIR}/server/tls");
+    let mut args = k3s_args(names, &tc.spec.control_plane.extra_sans, service_cidr);
+    let mut mounts = vec![
+        json!({"name": "data", "mountPath": DATA_DIR}),
+        json!({"name": "bootstrap", "mountPath": format!("{tls_dir}/{KEY_CA_CERT}"), "subPath": KEY_CA_CERT, "readOnly": true}),
+        json!({"name": "bootstrap", "mountPath": format!("{tls_dir}/{KEY_CA_KEY}"), "subPath": KEY_CA_KEY, "readOnly": true}),
+        json!({"name": "bootstrap", "mountPath": TOKENS_FILE, "subPath": KEY_TOKENS_CSV, "readOnly": true}),
+    ];
+    if kubelet_client {
+        for (flag, key) in [
+            ("kubelet-client-certificate", KEY_KUBELET_CERT),
+            ("kubelet-client-key", KEY_KUBELET_KEY),
+        ] {
+            let path = format!("{KUBELET_CLIENT_DIR}/{key}");
+            args.push(format!("--kube-apiserver-arg={flag}={path}"));
+            mounts.push(
+                json!({"name": "bootstrap", "mountPath": path, "subPath": key, "readOnly": true}),
+            );
+        }
+    }
     json!({
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -823,7 +942,7 @@ fn statefulset(
                     "containers": [{
                         "name": "k3s",
                         "image": version.k3s_image,
-                        "args": k3s_args(names, &tc.spec.control_plane.extra_sans, service_cidr),
+                        "args": args,
                         "env": [{"name": "K3S_TOKEN", "valueFrom": {"secretKeyRef": {"name": bootstrap, "key": KEY_TOKEN}}}],
                         "ports": [{"name": "https", "containerPort": CONTROL_PLANE_PORT, "protocol": "TCP"}],
                         "readinessProbe": {
@@ -839,12 +958,7 @@ fn statefulset(
                             "limits": {"memory": "2Gi"},
                         },
                         "securityContext": {"allowPrivilegeEscalation": false},
-                        "volumeMounts": [
-                            {"name": "data", "mountPath": DATA_DIR},
-                            {"name": "bootstrap", "mountPath": format!("{tls_dir}/{KEY_CA_CERT}"), "subPath": KEY_CA_CERT, "readOnly": true},
-                            {"name": "bootstrap", "mountPath": format!("{tls_dir}/{KEY_CA_KEY}"), "subPath": KEY_CA_KEY, "readOnly": true},
-                            {"name": "bootstrap", "mountPath": TOKENS_FILE, "subPath": KEY_TOKENS_CSV, "readOnly": true},
-                        ],
+                        "volumeMounts": mounts,
                     }],
                     "volumes": [{"name": "bootstrap", "secret": {"secretName": bootstrap, "defaultMode": 0o400}}],
                 },
@@ -1131,7 +1245,7 @@ mod tests {
         let version = versions::resolve("v1.31").unwrap();
         let sts: StatefulSet = build(
             "StatefulSet",
-            statefulset(&names, &tc, version, "10.0.0.0/24"),
+            statefulset(&names, &tc, version, "10.0.0.0/24", true),
         )
         .unwrap();
         let v = serde_json::to_value(&sts).unwrap();
@@ -1146,6 +1260,37 @@ mod tests {
         assert_eq!(
             v["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
             "10Gi"
+        );
+        // The API server presents the issued client certificate to kubelets (the
+        // kubelet endpoint), mounted from the bootstrap Secret; older bootstraps
+        // without one start without the flags.
+        let container = &v["spec"]["template"]["spec"]["containers"][0];
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(args.contains(&"--kube-apiserver-arg=kubelet-client-certificate=/etc/tenantplane/kubelet-client/kubelet-client.crt"), "{args:?}");
+        assert!(args.contains(&"--kube-apiserver-arg=kubelet-client-key=/etc/tenantplane/kubelet-client/kubelet-client.key"), "{args:?}");
+        let mounts = container["volumeMounts"].as_array().unwrap();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m["subPath"] == KEY_KUBELET_KEY && m["readOnly"] == true)
+        );
+        let without = serde_json::to_value(
+            build::<StatefulSet>(
+                "StatefulSet",
+                statefulset(&names, &tc, version, "10.0.0.0/24", false),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let container = &without["spec"]["template"]["spec"]["containers"][0];
+        assert!(
+            !container.to_string().contains("kubelet-client"),
+            "{container}"
         );
         for s in [ServiceKind::Headless, ServiceKind::ClusterIp] {
             let svc = service(&names, s).unwrap();

@@ -455,6 +455,29 @@ async fn a_control_plane_is_provisioned_becomes_ready_and_is_cleaned_up() {
     );
     assert_eq!(token.len(), 64);
 
+    // The kubelet client certificate the API server presents to tenantplane's
+    // kubelet endpoint: its key only in the bootstrap Secret (mounted into k3s), the
+    // certificate alone in `dev-kubelet-client`, where the endpoint reads it.
+    let kubelet_client = Api::<Secret>::namespaced(host.clone(), HOST_NS)
+        .get("dev-kubelet-client")
+        .await
+        .unwrap();
+    assert!(owned_by(&kubelet_client.metadata, &tc));
+    let published = kubelet_client.data.unwrap();
+    assert_eq!(
+        published.keys().collect::<Vec<_>>(),
+        ["tls.crt"],
+        "only the certificate"
+    );
+    assert_eq!(published["tls.crt"].0, data["kubelet-client.crt"].0);
+    assert!(String::from_utf8_lossy(&data["kubelet-client.key"].0).contains("PRIVATE KEY"));
+    for expected in [
+        "--kube-apiserver-arg=kubelet-client-certificate=/etc/tenantplane/kubelet-client/kubelet-client.crt",
+        "--kube-apiserver-arg=kubelet-client-key=/etc/tenantplane/kubelet-client/kubelet-client.key",
+    ] {
+        assert!(args.contains(&expected), "{expected} in {args:?}");
+    }
+
     // Ready and unchanged: still zero writes.
     let before = writes(&server, &managed).await;
     ready_state(&ensure_control_plane(&host, &tc).await.unwrap());
