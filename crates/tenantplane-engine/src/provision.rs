@@ -1310,6 +1310,7 @@ mod tests {
             &Bootstrap {
                 ca_pem: ca_pem.clone(),
                 admin_token: token.clone(),
+                kubelet_cert_pem: None,
             },
         );
         let config = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
