@@ -528,10 +528,10 @@ pub async fn ensure_control_plane_with(
         ));
     }
 
-    if let Some(cert_pem) = &bootstrap.kubelet_cert_pem {
-        if let Some(state) = ensure_kubelet_client_secret(host, &names, tc, cert_pem).await? {
-            return Ok(state);
-        }
+    if let Some(cert_pem) = &bootstrap.kubelet_cert_pem
+        && let Some(state) = ensure_kubelet_client_secret(host, &names, tc, cert_pem).await?
+    {
+        return Ok(state);
     }
 
     let external_endpoint = match lb {
