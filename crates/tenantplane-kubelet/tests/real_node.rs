@@ -1,0 +1,111 @@
+//! On a real node (containerd, kubelet): `kubectl logs` and `kubectl exec` run in the
+//! TENANT, against the tenant API server, reach the real container through
+//! tenantplane's kubelet endpoint and the host API server. Needs root; skipped with
+//! a message otherwise.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use serde_json::json;
+use tenantplane_testenv::RealNode;
+
+/// Real containers start in seconds, but this machine is shared and busy.
+const REAL: Duration = Duration::from_secs(120);
+
+/// `kubectl` against the tenant API server; (success, stdout, stderr).
+fn tenant_kubectl(w: &World, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("kubectl")
+        .arg(format!(
+            "--kubeconfig={}",
+            w.h.tenant_server.kubeconfig_path().display()
+        ))
+        .arg("--request-timeout=30s")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl on PATH");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_and_exec_in_the_tenant_reach_the_real_container() {
+    if let Some(reason) = RealNode::unavailable() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let w = World::start().await;
+    let node = RealNode::start(&w.h.host_server).await.expect("real node");
+    create(
+        &w.h.tenant,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                   "name": "main", "image": "local/busybox:1", "imagePullPolicy": "Never",
+                   "command": ["sh", "-c",
+                       "echo web-started; echo tenant-page > /www/index.html; exec sleep 3600"]}]}}),
+    )
+    .await;
+    let tenant_pods: Api<Pod> = Api::namespaced(w.h.tenant.clone(), "shop");
+    eventually_within("tenant Pod web Running on a tenant Node", REAL, || async {
+        let pod = tenant_pods.get("web").await.ok()?;
+        let running = pod.status.as_ref()?.phase.as_deref() == Some("Running");
+        (running && pod.spec.as_ref()?.node_name.is_some()).then_some(())
+    })
+    .await;
+
+    // kubectl logs in the tenant: the real container's output.
+    let (_, out, _) = eventually_within("kubectl logs in the tenant", REAL, || async {
+        let result = tenant_kubectl(&w, &["-n", "shop", "logs", "web"], None);
+        (result.0 && result.1.contains("web-started")).then_some(result)
+    })
+    .await;
+    assert_eq!(out, "web-started\n");
+
+    // kubectl exec in the tenant: a command in the real container, and stdin.
+    let (ok, out, err) = tenant_kubectl(
+        &w,
+        &["-n", "shop", "exec", "web", "--", "cat", "/www/index.html"],
+        None,
+    );
+    assert!(ok, "kubectl exec failed: {err}");
+    assert_eq!(out, "tenant-page\n");
+    let (ok, out, err) = tenant_kubectl(
+        &w,
+        &["-n", "shop", "exec", "-i", "web", "--", "tr", "a-z", "A-Z"],
+        Some("shout\n"),
+    );
+    assert!(ok, "kubectl exec -i failed: {err}");
+    assert_eq!(out, "SHOUT\n");
+    let (ok, _, err) = tenant_kubectl(
+        &w,
+        &["-n", "shop", "exec", "web", "--", "sh", "-c", "exit 4"],
+        None,
+    );
+    assert!(!ok);
+    assert!(err.contains("exit code 4"), "{err}");
+
+    w.stop().await;
+    drop(node);
+}
