@@ -11,9 +11,7 @@ use futures::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{AttachParams, AttachedProcess, TerminalSize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
+use kube::api::AttachParams;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -32,9 +30,6 @@ const STDERR: u8 = 2;
 const STATUS: u8 = 3;
 const RESIZE: u8 = 4;
 const CLOSE: u8 = 255;
-const CHUNK: usize = 32 * 1024;
-/// How much of each stream kube's client buffers before it waits for us.
-const BUFFER: usize = 64 * 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamKind {
@@ -171,19 +166,29 @@ pub async fn upgrade(
         stdout: options.stdout,
         stderr: options.stderr && !options.tty,
         tty: options.tty,
-        max_stdin_buf_size: Some(BUFFER),
-        max_stdout_buf_size: Some(BUFFER),
-        max_stderr_buf_size: Some(BUFFER),
+        max_stdin_buf_size: None,
+        max_stdout_buf_size: None,
+        max_stderr_buf_size: None,
     };
-    let process = match kind {
+    // The host side is relayed frame by frame (not through kube's AttachedProcess):
+    // kube's client ends the whole exec when stdin ends on a host that speaks only
+    // v4 (a 1.20 kubelet), losing the output still to come; relaying lets a v5
+    // caller's stdin close reach a v5 host and is simply not forwarded to a v4 one.
+    let url = pods.resource_url().to_owned();
+    let client = pods.into_client();
+    let host_request = match kind {
         StreamKind::Exec => {
-            pods.exec(&host_name, options.command.clone(), &params)
-                .await
+            kube::core::Request::new(url).exec(&host_name, options.command.clone(), &params)
         }
-        StreamKind::Attach => pods.attach(&host_name, &params).await,
+        StreamKind::Attach => kube::core::Request::new(url).attach(&host_name, &params),
     };
-    let process = match process {
-        Ok(p) => p,
+    let mut host_request = match host_request {
+        Ok(r) => r,
+        Err(err) => return bad_request(format!("cannot build the host {}: {err}", kind.as_str())),
+    };
+    host_request.extensions_mut().insert(kind.as_str());
+    let connection = match client.connect(host_request).await {
+        Ok(c) => c,
         Err(kube::Error::Api(status)) => {
             let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::BAD_GATEWAY);
             let body = serde_json::json!({
@@ -208,13 +213,19 @@ pub async fn upgrade(
             Ok(u) => u,
             Err(err) => {
                 tracing::debug!(error = %err, "the WebSocket upgrade did not complete");
-                process.abort();
                 return;
             }
         };
         let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
         tracing::info!(%tenant, pod = %host_name, kind = kind.as_str(), protocol, "kubelet stream started");
-        bridge(ws, process, protocol == PROTOCOLS[0]).await;
+        let host_closes_streams = connection.supports_stream_close();
+        relay(
+            ws,
+            connection.into_stream(),
+            protocol == PROTOCOLS[0],
+            host_closes_streams,
+        )
+        .await;
         tracing::info!(%tenant, pod = %host_name, kind = kind.as_str(), "kubelet stream ended");
     });
     let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
@@ -231,141 +242,154 @@ pub async fn upgrade(
     response
 }
 
-fn frame(channel: u8, payload: &[u8]) -> Message {
-    let mut data = Vec::with_capacity(payload.len() + 1);
-    data.push(channel);
-    data.extend_from_slice(payload);
-    Message::binary(data)
+/// What to do with one frame from the caller.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// Send it to the host as it is.
+    Send,
+    /// Drop it: the host cannot take it (stdin close on a v4 host, or a frame of
+    /// an unknown channel).
+    Drop,
 }
 
-async fn pump(channel: u8, mut reader: impl AsyncRead + Unpin, out: mpsc::Sender<Message>) {
-    let mut buf = vec![0u8; CHUNK];
-    loop {
-        match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if out.send(frame(channel, &buf[..n])).await.is_err() {
-                    break;
-                }
-            }
+/// Decides a caller frame's fate: stdin and resize cross; a v5 stream close crosses
+/// when both sides speak v5; nothing else does (status is the host's to send).
+pub fn forward_from_caller(frame: &[u8], caller_closes: bool, host_closes: bool) -> Forward {
+    match frame.split_first() {
+        Some((&STDIN | &RESIZE, _)) => Forward::Send,
+        Some((&CLOSE, rest)) if caller_closes && host_closes && rest.first() == Some(&STDIN) => {
+            Forward::Send
         }
+        _ => Forward::Drop,
     }
 }
 
-/// Runs until the host process ends (its status is passed on) or the caller goes.
-async fn bridge<S>(ws: WebSocketStream<S>, mut process: AttachedProcess, stream_close: bool)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+/// Whether a host frame crosses to the caller: output and status (a stream close
+/// only to a v5 caller).
+pub fn forward_from_host(frame: &[u8], caller_closes: bool) -> bool {
+    match frame.first() {
+        Some(&STDOUT | &STDERR | &STATUS) => true,
+        Some(&CLOSE) => caller_closes,
+        _ => false,
+    }
+}
+
+/// Relays frames both ways until the host ends the stream (after its status) or
+/// the caller goes; then closes the caller's side normally (1000: kubectl reads a
+/// close without a code as an error).
+async fn relay<C, H>(
+    caller: WebSocketStream<C>,
+    host: WebSocketStream<H>,
+    caller_closes: bool,
+    host_closes: bool,
+) where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut ws_tx, mut ws_rx) = ws.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Message>(16);
-    let writer = tokio::spawn(async move {
-        while let Some(message) = out_rx.recv().await {
-            if ws_tx.send(message).await.is_err() {
-                return;
+    let (mut caller_tx, mut caller_rx) = caller.split();
+    let (mut host_tx, mut host_rx) = host.split();
+    let down = async {
+        while let Some(message) = host_rx.next().await {
+            match message {
+                Ok(Message::Binary(data)) => {
+                    if forward_from_host(&data, caller_closes)
+                        && caller_tx.send(Message::Binary(data)).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Ok(Message::Close(_)) | Err(_) => return,
+                Ok(_) => {}
             }
         }
-        // A normal closure (1000): kubectl reads a close without a code as an error.
-        let close = CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        };
-        let _ = ws_tx.send(Message::Close(Some(close))).await;
-        let _ = ws_tx.close().await;
-    });
-    let mut stdin = process.stdin();
-    let mut resize = process.terminal_size();
-    let status = process.take_status();
-    let outputs = {
-        let stdout = process.stdout();
-        let stderr = process.stderr();
-        let out = out_tx.clone();
-        async move {
-            let a = async {
-                if let Some(r) = stdout {
-                    pump(STDOUT, r, out.clone()).await;
-                }
-            };
-            let b = async {
-                if let Some(r) = stderr {
-                    pump(STDERR, r, out.clone()).await;
-                }
-            };
-            futures::join!(a, b);
-        }
     };
-    let incoming = async {
-        while let Some(message) = ws_rx.next().await {
-            let data = match message {
-                Ok(Message::Binary(data)) => data,
+    let up = async {
+        while let Some(message) = caller_rx.next().await {
+            match message {
+                Ok(Message::Binary(data)) => {
+                    if forward_from_caller(&data, caller_closes, host_closes) == Forward::Send
+                        && host_tx.send(Message::Binary(data)).await.is_err()
+                    {
+                        return;
+                    }
+                }
                 Ok(Message::Close(frame)) => {
                     tracing::debug!(?frame, "the caller closed the stream");
-                    break;
+                    return;
                 }
                 Err(err) => {
                     tracing::debug!(error = %err, "reading from the caller failed");
-                    break;
+                    return;
                 }
-                Ok(_) => continue,
-            };
-            let Some((&channel, payload)) = data.split_first() else {
-                continue;
-            };
-            match channel {
-                STDIN => {
-                    if let Some(w) = stdin.as_mut()
-                        && w.write_all(payload).await.is_err()
-                    {
-                        stdin = None;
-                    }
-                }
-                RESIZE => {
-                    if let (Some(tx), Ok(size)) = (
-                        resize.as_mut(),
-                        serde_json::from_slice::<TerminalSize>(payload),
-                    ) {
-                        let _ = tx.send(size).await;
-                    }
-                }
-                CLOSE if stream_close && payload.first() == Some(&STDIN) => {
-                    // End of the caller's stdin: the host process sees EOF.
-                    if let Some(mut w) = stdin.take() {
-                        let _ = w.shutdown().await;
-                    }
-                }
-                _ => {}
+                Ok(_) => {}
             }
         }
     };
+    // The host ending the stream ends the session; the caller leaving ends it too.
     tokio::select! {
-        () = outputs => {}
-        () = incoming => {
-            // The caller is gone: nobody is left to read the host process.
-            process.abort();
-            drop(out_tx);
-            let _ = writer.await;
-            return;
-        }
+        () = down => {}
+        () = up => {}
     }
-    let status = match status {
-        Some(status) => status.await,
-        None => None,
+    let _ = host_tx.close().await;
+    let close = CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
     };
-    tracing::debug!(?status, "the host process ended");
-    if let Some(status) = status
-        && let Ok(json) = serde_json::to_vec(&status)
-    {
-        let _ = out_tx.send(frame(STATUS, &json)).await;
-    }
-    drop(out_tx);
-    let _ = writer.await;
-    process.abort();
+    let _ = caller_tx.send(Message::Close(Some(close))).await;
+    let _ = caller_tx.close().await;
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn frames_cross_by_channel_and_stdin_close_only_between_v5_sides() {
+        // From the caller: stdin and resize always; stdin close only v5 to v5.
+        assert_eq!(
+            forward_from_caller(&[STDIN, b'x'], true, false),
+            Forward::Send
+        );
+        assert_eq!(
+            forward_from_caller(&[RESIZE, b'{'], false, false),
+            Forward::Send
+        );
+        assert_eq!(
+            forward_from_caller(&[CLOSE, STDIN], true, true),
+            Forward::Send
+        );
+        assert_eq!(
+            forward_from_caller(&[CLOSE, STDIN], true, false),
+            Forward::Drop,
+            "a v4 host would end the exec"
+        );
+        assert_eq!(
+            forward_from_caller(&[CLOSE, STDIN], false, true),
+            Forward::Drop
+        );
+        // A caller cannot forge output or a status, nor send empty frames.
+        for forged in [
+            &[STDOUT, b'x'][..],
+            &[STDERR][..],
+            &[STATUS, b'{'][..],
+            &[][..],
+            &[9][..],
+        ] {
+            assert_eq!(
+                forward_from_caller(forged, true, true),
+                Forward::Drop,
+                "{forged:?}"
+            );
+        }
+        // From the host: output, status; a close only to a v5 caller; no stdin echo.
+        assert!(forward_from_host(&[STDOUT, b'x'], false));
+        assert!(forward_from_host(&[STATUS, b'{'], false));
+        assert!(forward_from_host(&[CLOSE, STDOUT], true));
+        assert!(!forward_from_host(&[CLOSE, STDOUT], false));
+        assert!(!forward_from_host(&[STDIN, b'x'], true));
+        assert!(!forward_from_host(&[], true));
+    }
 
     #[test]
     fn the_api_servers_query_is_read() {
