@@ -425,9 +425,4 @@ mod tests {
         );
         assert_eq!(choose_protocol(&headers), Some("channel.k8s.io"));
     }
-
-    #[test]
-    fn frames_carry_the_channel_first() {
-        assert_eq!(frame(STDOUT, b"hi").into_data().as_ref(), &[1, b'h', b'i']);
-    }
 }
