@@ -15,7 +15,9 @@
 pub mod authz;
 pub mod feeder;
 pub mod registry;
+pub mod portforward;
 pub mod server;
+pub mod spdy;
 pub mod stream;
 pub mod tls;
 
