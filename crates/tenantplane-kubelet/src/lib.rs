@@ -14,8 +14,8 @@
 
 pub mod authz;
 pub mod feeder;
-pub mod registry;
 pub mod portforward;
+pub mod registry;
 pub mod server;
 pub mod spdy;
 pub mod stream;

@@ -264,7 +264,9 @@ impl HeaderInflater {
             input = &input[1..];
             if self.zlib_header.len() == 2 {
                 let (cmf, flg) = (self.zlib_header[0], self.zlib_header[1]);
-                if cmf & 0x0f != 8 || cmf >> 4 > 7 || (u16::from(cmf) << 8 | u16::from(flg)) % 31 != 0
+                if cmf & 0x0f != 8
+                    || cmf >> 4 > 7
+                    || (u16::from(cmf) << 8 | u16::from(flg)) % 31 != 0
                 {
                     return Err(bad("not a zlib stream"));
                 }
@@ -464,9 +466,7 @@ impl Decoder {
             TYPE_SETTINGS => Frame::Settings,
             TYPE_PING => {
                 need(4, "PING")?;
-                Frame::Ping {
-                    id: be32(&payload),
-                }
+                Frame::Ping { id: be32(&payload) }
             }
             TYPE_GOAWAY => {
                 need(4, "GOAWAY")?;
@@ -566,7 +566,9 @@ impl Encoder {
     }
 
     pub fn goaway(last_good_stream_id: u32, status: u32) -> Vec<u8> {
-        let mut payload = (last_good_stream_id & STREAM_ID_MASK).to_be_bytes().to_vec();
+        let mut payload = (last_good_stream_id & STREAM_ID_MASK)
+            .to_be_bytes()
+            .to_vec();
         payload.extend_from_slice(&status.to_be_bytes());
         control(TYPE_GOAWAY, 0, &payload)
     }

@@ -56,7 +56,11 @@ fn kubectls_compressed_syn_streams_are_read_across_frames() {
                 associated_to: 0,
                 priority: 0,
                 flags: FLAG_FIN,
-                headers: pairs(&[("port", "8080"), ("requestid", "0"), ("streamtype", "error")]),
+                headers: pairs(&[
+                    ("port", "8080"),
+                    ("requestid", "0"),
+                    ("streamtype", "error")
+                ]),
             },
             Frame::SynStream {
                 stream_id: 3,
@@ -67,7 +71,10 @@ fn kubectls_compressed_syn_streams_are_read_across_frames() {
             },
         ]
     );
-    assert_eq!(header(&pairs(&[("streamType", "data")]), "streamtype"), Some("data"));
+    assert_eq!(
+        header(&pairs(&[("streamType", "data")]), "streamtype"),
+        Some("data")
+    );
 }
 
 #[test]
@@ -99,10 +106,7 @@ fn simple_frames_are_byte_exact() {
         Encoder::data(3, FLAG_FIN, b"hi"),
         [0, 0, 0, 3, 1, 0, 0, 2, b'h', b'i']
     );
-    assert_eq!(
-        Encoder::ping(7),
-        [0x80, 3, 0, 6, 0, 0, 0, 4, 0, 0, 0, 7]
-    );
+    assert_eq!(Encoder::ping(7), [0x80, 3, 0, 6, 0, 0, 0, 4, 0, 0, 0, 7]);
     assert_eq!(
         Encoder::rst_stream(5, RST_CANCEL),
         [0x80, 3, 0, 3, 0, 0, 0, 8, 0, 0, 0, 5, 0, 0, 0, 5]
@@ -145,7 +149,11 @@ fn our_frames_round_trip_through_the_decoder() {
         }
     );
     match &frames[1] {
-        Frame::SynReply { stream_id: 1, flags: 0, headers } => {
+        Frame::SynReply {
+            stream_id: 1,
+            flags: 0,
+            headers,
+        } => {
             assert_eq!(header(headers, "big").map(str::len), Some(70_000));
         }
         other => panic!("{other:?}"),
@@ -153,10 +161,20 @@ fn our_frames_round_trip_through_the_decoder() {
     assert_eq!(
         frames[2..],
         [
-            Frame::Data { stream_id: 1, flags: 0, data: b"payload".to_vec() },
+            Frame::Data {
+                stream_id: 1,
+                flags: 0,
+                data: b"payload".to_vec()
+            },
             Frame::Ping { id: 2 },
-            Frame::RstStream { stream_id: 1, status: RST_CANCEL },
-            Frame::GoAway { last_good_stream_id: 1, status: GOAWAY_OK },
+            Frame::RstStream {
+                stream_id: 1,
+                status: RST_CANCEL
+            },
+            Frame::GoAway {
+                last_good_stream_id: 1,
+                status: GOAWAY_OK
+            },
         ]
     );
 }
@@ -172,11 +190,22 @@ fn hostile_frames_are_errors_not_panics() {
     d.feed(&[0x80, 2, 0, 6, 0, 0, 0, 4, 0, 0, 0, 1]);
     assert_eq!(d.next_frame(), Err(SpdyError::Version(2)));
     // Control frames too short for their fields.
-    for kind in [TYPE_SYN_STREAM, TYPE_SYN_REPLY, TYPE_RST_STREAM, TYPE_PING, TYPE_GOAWAY, TYPE_HEADERS, TYPE_WINDOW_UPDATE] {
+    for kind in [
+        TYPE_SYN_STREAM,
+        TYPE_SYN_REPLY,
+        TYPE_RST_STREAM,
+        TYPE_PING,
+        TYPE_GOAWAY,
+        TYPE_HEADERS,
+        TYPE_WINDOW_UPDATE,
+    ] {
         let mut d = Decoder::new();
         let [hi, lo] = kind.to_be_bytes();
         d.feed(&[0x80, 3, hi, lo, 0, 0, 0, 2, 0, 0]);
-        assert!(matches!(d.next_frame(), Err(SpdyError::Malformed(_))), "{kind}");
+        assert!(
+            matches!(d.next_frame(), Err(SpdyError::Malformed(_))),
+            "{kind}"
+        );
     }
     // An unknown control type is passed on (and ignored by the session).
     let mut d = Decoder::new();
@@ -184,14 +213,21 @@ fn hostile_frames_are_errors_not_panics() {
     assert_eq!(d.next_frame(), Ok(Some(Frame::Unknown { kind: 42 })));
     // A header block that is not zlib, or is corrupt deflate.
     let mut d = Decoder::new();
-    d.feed(&[0x80, 3, 0, 1, 0, 0, 0, 14, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]);
+    d.feed(&[
+        0x80, 3, 0, 1, 0, 0, 0, 14, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4,
+    ]);
     assert!(matches!(d.next_frame(), Err(SpdyError::HeaderBlock(_))));
     let mut d = Decoder::new();
-    d.feed(&[0x80, 3, 0, 1, 0, 0, 0, 16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x78, 0x01, 0xff, 0xff, 0xff, 0xff]);
+    d.feed(&[
+        0x80, 3, 0, 1, 0, 0, 0, 16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x78, 0x01, 0xff, 0xff, 0xff,
+        0xff,
+    ]);
     assert!(matches!(d.next_frame(), Err(SpdyError::HeaderBlock(_))));
     // A zlib stream naming another dictionary.
     let mut d = Decoder::new();
-    d.feed(&[0x80, 3, 0, 1, 0, 0, 0, 16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x78, 0xbb, 0, 0, 0, 1]);
+    d.feed(&[
+        0x80, 3, 0, 1, 0, 0, 0, 16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x78, 0xbb, 0, 0, 0, 1,
+    ]);
     assert!(matches!(d.next_frame(), Err(SpdyError::HeaderBlock(_))));
     // Header blocks lying about their sizes.
     assert!(parse_header_block(&[0, 0, 0]).is_err());
