@@ -203,7 +203,14 @@ pub async fn session<R, W>(
     'read: loop {
         let n = tokio::select! {
             read = reader.read(&mut buf) => match read {
-                Ok(0) | Err(_) => break 'read,
+                Ok(0) => {
+                    tracing::debug!("port-forward: the client closed the connection");
+                    break 'read;
+                }
+                Err(err) => {
+                    tracing::debug!(error = %err, "port-forward: reading from the client failed");
+                    break 'read;
+                }
                 Ok(n) => n,
             },
             Some(done) = forwards.join_next(), if !forwards.is_empty() => {
@@ -231,6 +238,7 @@ pub async fn session<R, W>(
                     break 'read;
                 }
             };
+            tracing::trace!(?frame, "port-forward: frame");
             match frame {
                 Frame::SynStream {
                     stream_id,

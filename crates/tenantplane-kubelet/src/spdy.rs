@@ -497,6 +497,9 @@ impl Decoder {
     }
 }
 
+/// An empty, non-final stored block.
+const SYNC_FLUSH: [u8; 5] = [0x00, 0x00, 0x00, 0xff, 0xff];
+
 /// Writes frames; header blocks as zlib stored blocks (one zlib stream for the
 /// connection: its 2-byte header goes before the first block).
 #[derive(Default)]
@@ -519,7 +522,7 @@ impl Encoder {
         Self::default()
     }
 
-    /// A header block as deflate stored blocks (none final).
+    /// A header block as deflate stored blocks (none final), then a sync flush.
     fn compress(&mut self, block: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(block.len() + 8);
         if !self.started {
@@ -527,17 +530,18 @@ impl Encoder {
             out.extend_from_slice(&[0x78, 0x01]);
             self.started = true;
         }
-        let mut chunks = block.chunks(usize::from(u16::MAX)).peekable();
-        if chunks.peek().is_none() {
-            out.extend_from_slice(&[0x00, 0x00, 0x00, 0xff, 0xff]);
-        }
-        for chunk in chunks {
+        for chunk in block.chunks(usize::from(u16::MAX)) {
             let len = chunk.len() as u16;
             out.push(0x00);
             out.extend_from_slice(&len.to_le_bytes());
             out.extend_from_slice(&(!len).to_le_bytes());
             out.extend_from_slice(chunk);
         }
+        // The sync-flush marker (an empty stored block), as zlib's Z_SYNC_FLUSH
+        // writes: Go's inflater hands out a block's bytes only once it has read
+        // the next block header, so without it the reader would wait for (or, in
+        // a SPDY framer that limits it to the frame, fail on) the next frame.
+        out.extend_from_slice(&SYNC_FLUSH);
         out
     }
 

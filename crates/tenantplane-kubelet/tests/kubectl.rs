@@ -228,18 +228,20 @@ async fn kubectl_port_forward_in_the_tenant_reaches_the_host_pod() {
         .kill_on_drop(true)
         .spawn()
         .expect("kubectl on PATH");
+    // kubectl's complaints, in the test's output when it fails.
+    let mut complaints = BufReader::new(forward.stderr.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = complaints.next_line().await {
+            println!("kubectl port-forward: {line}");
+        }
+    });
     let mut lines = BufReader::new(forward.stdout.take().unwrap()).lines();
     let local_port: u16 = loop {
         let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
             .await
             .expect("kubectl port-forward printed its port within 60 s")
             .unwrap();
-        let Some(line) = line else {
-            let mut err = String::new();
-            let mut stderr = forward.stderr.take().unwrap();
-            let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut err).await;
-            panic!("kubectl port-forward ended: {err}");
-        };
+        let line = line.expect("kubectl port-forward ended early (its stderr is above)");
         if let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") {
             break rest.split_whitespace().next().unwrap().parse().unwrap();
         }
