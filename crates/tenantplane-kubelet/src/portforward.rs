@@ -30,6 +30,9 @@ pub const SPDY: &str = "SPDY/3.1";
 const CHUNK: usize = 32 * 1024;
 /// Data frames buffered per stream before its host port-forward has started.
 const PENDING: usize = 64;
+/// Forwarded connections open at once on one SPDY connection (each holds two
+/// streams); more are refused (RST_STREAM REFUSED_STREAM).
+pub const MAX_REQUESTS: usize = 256;
 /// How long the host's error message is waited for once the pod side ended.
 const ERROR_GRACE: Duration = Duration::from_secs(2);
 
@@ -276,6 +279,12 @@ pub async fn session<R, W>(
                             StreamType::Data => stream_id.saturating_sub(2).to_string(),
                         },
                     };
+                    if requests.len() >= MAX_REQUESTS && !requests.contains_key(&request_id) {
+                        let _ = out
+                            .send(Out::Rst(stream_id, spdy::RST_REFUSED_STREAM))
+                            .await;
+                        continue;
+                    }
                     let entry = requests.entry(request_id.clone()).or_default();
                     let slot = match kind {
                         StreamType::Error => &mut entry.error,
@@ -657,6 +666,41 @@ mod tests {
                 },
             ]
         );
+        // Past MAX_REQUESTS half-open requests, new streams are refused.
+        for i in 0..MAX_REQUESTS {
+            let id = 11 + 2 * i as u32;
+            let request = i.to_string();
+            let headers = [
+                ("streamtype", "error"),
+                ("port", "80"),
+                ("requestid", request.as_str()),
+            ];
+            conn.write_all(&client.syn_stream(id, FLAG_FIN, &headers))
+                .await
+                .unwrap();
+        }
+        let got = frames(&mut conn, &mut decoder, MAX_REQUESTS).await;
+        assert!(
+            got.iter().all(|f| matches!(f, Frame::SynReply { .. })),
+            "{got:?}"
+        );
+        let last = 11 + 2 * MAX_REQUESTS as u32;
+        let headers = [
+            ("streamtype", "error"),
+            ("port", "80"),
+            ("requestid", "one more"),
+        ];
+        conn.write_all(&client.syn_stream(last, FLAG_FIN, &headers))
+            .await
+            .unwrap();
+        let got = frames(&mut conn, &mut decoder, 1).await;
+        assert_eq!(
+            got,
+            [Frame::RstStream {
+                stream_id: last,
+                status: spdy::RST_REFUSED_STREAM
+            }]
+        );
         // A frame claiming 16 MiB: GOAWAY (protocol error), then the session ends.
         conn.write_all(&[0, 0, 0, 11, 0, 0xff, 0xff, 0xff])
             .await
@@ -665,7 +709,7 @@ mod tests {
         assert_eq!(
             got,
             [Frame::GoAway {
-                last_good_stream_id: 1,
+                last_good_stream_id: last,
                 status: spdy::GOAWAY_PROTOCOL_ERROR
             }]
         );
