@@ -310,12 +310,13 @@ pub async fn session<R, W>(
                             Err("the streams of one request name different ports".to_owned())
                         }
                     });
-                    let (Some(error_id), Some(data_id), Some(port), Some(from_client)) = (
-                        entry.error,
-                        entry.data,
-                        entry.port.clone(),
-                        entry.from_client.take(),
-                    ) else {
+                    // Both streams open (in either order): start the forward.
+                    let (Some(error_id), Some(data_id), Some(port)) =
+                        (entry.error, entry.data, entry.port.clone())
+                    else {
+                        continue;
+                    };
+                    let Some(from_client) = entry.from_client.take() else {
                         continue;
                     };
                     let port = port.and_then(|p| match &allowed {
@@ -628,6 +629,31 @@ mod tests {
                 stream_id: 3,
                 flags: FLAG_FIN,
                 data: Vec::new(),
+            }),
+            "{got:?}"
+        );
+        drop(conn);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_data_stream_may_come_first() {
+        let (mut conn, task) = start(Some(BTreeSet::from([80])));
+        let mut client = Encoder::new();
+        let mut decoder = Decoder::new();
+        let headers = |kind| [("port", "81"), ("requestid", "7"), ("streamtype", kind)];
+        conn.write_all(&client.syn_stream(1, 0, &headers("data")))
+            .await
+            .unwrap();
+        conn.write_all(&client.syn_stream(3, FLAG_FIN, &headers("error")))
+            .await
+            .unwrap();
+        let got = frames(&mut conn, &mut decoder, 4).await;
+        assert!(
+            got.contains(&Frame::Data {
+                stream_id: 3,
+                flags: FLAG_FIN,
+                data: b"unable to do port forwarding: port 81 was not requested".to_vec(),
             }),
             "{got:?}"
         );
