@@ -7,8 +7,8 @@
 //! then `streamtype: data`. Each stream gets a SYN_REPLY; once both of a request
 //! are open, one host port-forward carries the data stream's bytes both ways. A
 //! failure is written on the error stream; both streams are FINed when the pod
-//! side ends. The WebSocket tunnel (`SPDY/3.1+portforward.k8s.io`) is answered
-//! 400, so kubectl falls back to this.
+//! side ends. The same session also runs tunnelled in WebSocket binary messages
+//! (subprotocol `SPDY/3.1+portforward.k8s.io`, what kubectl 1.31+ tries first).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -16,17 +16,24 @@ use std::time::Duration;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
 
 use crate::spdy::{self, Decoder, Encoder, FLAG_FIN, Frame};
 
 pub const PROTOCOL: &str = "portforward.k8s.io";
 pub const SPDY: &str = "SPDY/3.1";
+/// SPDY tunnelled in WebSocket binary messages (what kubectl 1.31+ tries first).
+pub const TUNNEL: &str = "SPDY/3.1+portforward.k8s.io";
 const CHUNK: usize = 32 * 1024;
 /// Data frames buffered per stream before its host port-forward has started.
 const PENDING: usize = 64;
@@ -92,9 +99,42 @@ pub fn upgrade(
 ) -> Response {
     let headers = request.headers();
     if header_has(headers, header::UPGRADE, "websocket") {
-        return bad_request(format!(
-            "port-forward over WebSocket is not served by tenantplane's kubelet endpoint; use {SPDY} with {PROTOCOL}"
-        ));
+        if !header_has(headers, header::SEC_WEBSOCKET_PROTOCOL, TUNNEL) {
+            return bad_request(format!(
+                "port-forward over WebSocket is served only as the {TUNNEL} tunnel"
+            ));
+        }
+        let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
+            return bad_request("the WebSocket upgrade has no Sec-WebSocket-Key".to_owned());
+        };
+        let accept = derive_accept_key(key.as_bytes());
+        let on_upgrade = hyper::upgrade::on(&mut request);
+        tokio::spawn(async move {
+            let upgraded = match on_upgrade.await {
+                Ok(u) => u,
+                Err(err) => {
+                    tracing::debug!(error = %err, "the WebSocket upgrade did not complete");
+                    return;
+                }
+            };
+            let ws =
+                WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+            tracing::info!(%tenant, pod = %host_name, protocol = TUNNEL, "kubelet port-forward started");
+            tunnel(ws, pods, host_name.clone(), allowed).await;
+            tracing::info!(%tenant, pod = %host_name, "kubelet port-forward ended");
+        });
+        let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+        let h = response.headers_mut();
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        if let Ok(accept) = HeaderValue::from_str(&accept) {
+            h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+        }
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static(TUNNEL),
+        );
+        return response;
     }
     if !header_has(headers, header::UPGRADE, SPDY) {
         return bad_request(format!("port-forward needs an upgrade to {SPDY}"));
@@ -114,7 +154,7 @@ pub fn upgrade(
                 return;
             }
         };
-        tracing::info!(%tenant, pod = %host_name, "kubelet port-forward started");
+        tracing::info!(%tenant, pod = %host_name, protocol = SPDY, "kubelet port-forward started");
         let (reader, writer) = tokio::io::split(TokioIo::new(upgraded));
         session(reader, writer, pods, host_name.clone(), allowed).await;
         tracing::info!(%tenant, pod = %host_name, "kubelet port-forward ended");
@@ -125,6 +165,57 @@ pub fn upgrade(
     h.insert(header::UPGRADE, HeaderValue::from_static(SPDY));
     h.insert(version, HeaderValue::from_static(PROTOCOL));
     response
+}
+
+/// The WebSocket tunnel: each binary message carries SPDY bytes, both ways; the
+/// same session runs over a pipe.
+async fn tunnel<S>(
+    ws: WebSocketStream<S>,
+    pods: Api<Pod>,
+    host_name: String,
+    allowed: Option<BTreeSet<u16>>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (ours, theirs) = tokio::io::duplex(4 * CHUNK);
+    let (session_reader, session_writer) = tokio::io::split(theirs);
+    let (mut pipe_read, mut pipe_write) = tokio::io::split(ours);
+    let (mut ws_tx, mut ws_rx) = ws.split();
+    let incoming = async move {
+        while let Some(Ok(message)) = ws_rx.next().await {
+            match message {
+                Message::Binary(data) if pipe_write.write_all(&data).await.is_err() => break,
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+        // The session reads EOF: the client is gone.
+        let _ = pipe_write.shutdown().await;
+    };
+    let outgoing = async move {
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            match pipe_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if ws_tx
+                        .send(Message::binary(buf[..n].to_vec()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = ws_tx.send(Message::Close(None)).await;
+        let _ = ws_tx.close().await;
+    };
+    let pumps = tokio::spawn(async move {
+        tokio::join!(incoming, outgoing);
+    });
+    session(session_reader, session_writer, pods, host_name, allowed).await;
+    let _ = pumps.await;
 }
 
 /// What the session writes; encoded in order by the one writer (header blocks

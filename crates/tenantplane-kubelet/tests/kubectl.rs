@@ -213,16 +213,15 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
     w.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_port_forward_in_the_tenant_reaches_the_host_pod() {
-    let w = World::start().await;
-    let (kubelet, host_name) = web_pod(&w).await;
-    // kubectl 1.32 first tries the WebSocket tunnel (answered 400), then falls
-    // back to plain SPDY/3.1, which the endpoint serves.
+/// Runs `kubectl port-forward pod/web :8080` and checks four connections (two
+/// one after the other, then two at once) each get their bytes echoed by the
+/// host Pod's port. `websockets`: kubectl's `KUBECTL_PORT_FORWARD_WEBSOCKETS`.
+async fn port_forward_echoes(w: &World, websockets: &str) {
     let mut forward = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(w.h.tenant_server.kubeconfig_path())
         .args(["-n", "shop", "port-forward", "pod/web", ":8080"])
+        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -267,12 +266,22 @@ async fn kubectl_port_forward_in_the_tenant_reaches_the_host_pod() {
     let (a, b) = tokio::join!(echo(b"side"), echo(b"by side"));
     drop((a, b));
     forward.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_port_forward_in_the_tenant_reaches_the_host_pod() {
+    let w = World::start().await;
+    let (kubelet, host_name) = web_pod(&w).await;
+    // kubectl 1.32 tunnels SPDY in a WebSocket by default; with the tunnel off
+    // it speaks plain SPDY/3.1. The endpoint serves both.
+    port_forward_echoes(&w, "true").await;
+    port_forward_echoes(&w, "false").await;
 
     // The host kubelet was asked for the host Pod's port-forward, never a tenant name.
     let requests = kubelet.requests();
     let path = format!("/portForward/{HOST_NS}/{host_name}");
     assert!(
-        requests.iter().filter(|r| r.path == path).count() >= 4,
+        requests.iter().filter(|r| r.path == path).count() >= 8,
         "{requests:#?}"
     );
     assert!(
