@@ -1,6 +1,6 @@
-//! port-forward: the plain SPDY/3.1 upgrade (`X-Stream-Protocol-Version:
-//! portforward.k8s.io`) kubectl falls back to, bridged to `pods/portforward` of
-//! the host Pod on the HOST API server with kube's own client.
+//! port-forward: kubectl's SPDY/3.1 session (`X-Stream-Protocol-Version:
+//! portforward.k8s.io`), bridged to `pods/portforward` of the host Pod on the
+//! HOST API server with kube's own client.
 //!
 //! Per forwarded connection kubectl opens two streams carrying the same
 //! `requestid` and `port` headers: `streamtype: error` (half-closed by the client)
