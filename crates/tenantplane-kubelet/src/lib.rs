@@ -1,7 +1,8 @@
 //! tenantplane's kubelet endpoint (issue 11): the kubelet API (`containerLogs`,
 //! `exec`, `attach`, `portForward`) served to tenant API servers for their tenant
 //! Nodes, each call translated to the host Pod through the HOST API server
-//! (`pods/log`, `pods/exec`, `pods/attach`) with the controller's own client;
+//! (`pods/log`, `pods/exec`, `pods/attach`, `pods/portforward`; port-forward over
+//! SPDY/3.1, [`spdy`] and [`portforward`]) with the controller's own client;
 //! never to a host kubelet.
 //!
 //! Callers are identified by the SHA-256 fingerprint of their TLS client
@@ -14,8 +15,10 @@
 
 pub mod authz;
 pub mod feeder;
+pub mod portforward;
 pub mod registry;
 pub mod server;
+pub mod spdy;
 pub mod stream;
 pub mod tls;
 

@@ -26,6 +26,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::authz::{PodTarget, check_host_pod};
+use crate::portforward;
 use crate::registry::{SharedRegistry, TenantClusterKey, fingerprint_der};
 use crate::stream::{self, StreamKind, StreamOptions};
 
@@ -353,7 +354,7 @@ async fn port_forward(
     Path((namespace, pod)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    if let Err(answer) = authorize(
+    let (target, host_name) = match authorize(
         &state,
         fingerprint(&request),
         "portForward",
@@ -363,13 +364,16 @@ async fn port_forward(
     )
     .await
     {
-        return *answer;
-    }
-    status_response(
-        StatusCode::NOT_IMPLEMENTED,
-        "NotImplemented",
-        "port-forward is not implemented by tenantplane's kubelet endpoint yet".to_owned(),
-    )
+        Ok(found) => found,
+        Err(answer) => return *answer,
+    };
+    let allowed = match portforward::allowed_ports(request.uri().query().unwrap_or_default()) {
+        Ok(ports) => ports,
+        Err(message) => return status_response(StatusCode::BAD_REQUEST, "BadRequest", message),
+    };
+    let pods: Api<Pod> = Api::namespaced(state.host.clone(), &target.tenant_cluster.namespace);
+    let tenant = target.tenant_cluster.to_string();
+    portforward::upgrade(request, pods, host_name, tenant, allowed)
 }
 
 async fn not_implemented_run() -> Response {

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use serde_json::json;
 use tenantplane_testenv::TestKubelet;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const NODE: &str = "node-a";
 
@@ -52,9 +52,10 @@ async fn kubectl(w: &World, args: &[&str], stdin: Option<&str>) -> (bool, String
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
-    let w = World::start().await;
+/// Pod `shop/web`, synced to the host and bound to a host node played by a
+/// TestKubelet; checks the tenant Node it is bound to advertises the endpoint.
+/// Returns the kubelet and the host Pod's name.
+async fn web_pod(w: &World) -> (TestKubelet, String) {
     // The host node, played by a test kubelet the host API server proxies to.
     let kubelet = TestKubelet::start(&w.h.host_server, NODE).await.unwrap();
     create(
@@ -104,6 +105,14 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
         .map(|a| a.address)
         .collect();
     assert_eq!(addresses, ["127.0.0.1"]);
+
+    (kubelet, host_name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
+    let w = World::start().await;
+    let (kubelet, host_name) = web_pod(&w).await;
 
     // kubectl logs: the host Pod's log, by the host Pod's name.
     let (ok, out, err) = kubectl(&w, &["-n", "shop", "logs", "web"], None).await;
@@ -199,6 +208,86 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_host_pod() {
         "the host kubelet was asked for a tenant name: {requests:#?}"
     );
     // No refusal was recorded for these calls.
+    assert!(w.kubelet_skips().await.is_empty());
+    drop(kubelet);
+    w.stop().await;
+}
+
+/// Runs `kubectl port-forward pod/web :8080` and checks four connections (two
+/// one after the other, then two at once) each get their bytes echoed by the
+/// host Pod's port. `websockets`: kubectl's `KUBECTL_PORT_FORWARD_WEBSOCKETS`.
+async fn port_forward_echoes(w: &World, websockets: &str) {
+    let mut forward = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(w.h.tenant_server.kubeconfig_path())
+        .args(["-n", "shop", "port-forward", "pod/web", ":8080"])
+        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl on PATH");
+    // kubectl's complaints, in the test's output when it fails.
+    let mut complaints = BufReader::new(forward.stderr.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = complaints.next_line().await {
+            println!("kubectl port-forward: {line}");
+        }
+    });
+    let mut lines = BufReader::new(forward.stdout.take().unwrap()).lines();
+    let local_port: u16 = loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("kubectl port-forward printed its port within 60 s")
+            .unwrap();
+        let line = line.expect("kubectl port-forward ended early (its stderr is above)");
+        if let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    // Two connections, one after the other and then side by side: each gets its
+    // own bytes echoed by the host Pod's port (the TestKubelet's echo server).
+    let echo = |payload: &'static [u8]| async move {
+        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", local_port))
+            .await
+            .unwrap();
+        conn.write_all(payload).await.unwrap();
+        let mut back = vec![0u8; payload.len()];
+        tokio::time::timeout(Duration::from_secs(30), conn.read_exact(&mut back))
+            .await
+            .expect("the echo within 30 s")
+            .unwrap();
+        assert_eq!(back, payload);
+        conn
+    };
+    let first = echo(b"hello through the tenant").await;
+    let second = echo(b"and a second connection").await;
+    drop((first, second));
+    let (a, b) = tokio::join!(echo(b"side"), echo(b"by side"));
+    drop((a, b));
+    forward.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_port_forward_in_the_tenant_reaches_the_host_pod() {
+    let w = World::start().await;
+    let (kubelet, host_name) = web_pod(&w).await;
+    // kubectl 1.32 tunnels SPDY in a WebSocket by default; with the tunnel off
+    // it speaks plain SPDY/3.1. The endpoint serves both.
+    port_forward_echoes(&w, "true").await;
+    port_forward_echoes(&w, "false").await;
+
+    // The host kubelet was asked for the host Pod's port-forward, never a tenant name.
+    let requests = kubelet.requests();
+    let path = format!("/portForward/{HOST_NS}/{host_name}");
+    assert!(
+        requests.iter().filter(|r| r.path == path).count() >= 8,
+        "{requests:#?}"
+    );
+    assert!(
+        requests.iter().all(|r| !r.path.contains("/shop/")),
+        "the host kubelet was asked for a tenant name: {requests:#?}"
+    );
     assert!(w.kubelet_skips().await.is_empty());
     drop(kubelet);
     w.stop().await;

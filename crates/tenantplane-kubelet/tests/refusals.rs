@@ -90,6 +90,14 @@ async fn every_call_that_is_not_for_a_synced_pod_of_the_caller_is_refused() {
         "{}",
         answer.body
     );
+    // port-forward to it is refused the same way, before any upgrade.
+    let answer = w.get(dev, "/portForward/shop/foreign").await.unwrap();
+    assert_eq!(answer.status, 403, "{answer:?}");
+    assert!(
+        answer.body.contains("refused portForward"),
+        "{}",
+        answer.body
+    );
 
     // Another tenant's host Pod (tenant prod's copy of shop/stolen) placed under the
     // name dev's path maps to: its metadata names prod, so dev may not reach it.
@@ -127,9 +135,10 @@ async fn every_call_that_is_not_for_a_synced_pod_of_the_caller_is_refused() {
     // answers; the Pod is not bound to a node, so not 401/403 but the host's error).
     let answer = w.get(dev, "/containerLogs/shop/web/app").await.unwrap();
     assert!(![401, 403].contains(&answer.status), "{answer:?}");
-    // portForward is authorized the same way, then not implemented.
+    // portForward is authorized the same way; without the SPDY upgrade it is then 400.
     let answer = w.get(dev, "/portForward/shop/web").await.unwrap();
-    assert_eq!(answer.status, 501, "{answer:?}");
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert!(answer.body.contains("SPDY/3.1"), "{}", answer.body);
 
     // Every refusal of dev's calls is a Skip decision of dev, naming the tenant Pod.
     let skips = eventually("the kubelet refusals in dev's SyncDecision", || async {
