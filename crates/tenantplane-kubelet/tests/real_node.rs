@@ -1,4 +1,4 @@
-//! On a real node (containerd, kubelet): `kubectl logs` and `kubectl exec` run in the
+//! On a real node (containerd, kubelet): `kubectl logs`, `exec` and `port-forward` run in the
 //! TENANT, against the tenant API server, reach the real container through
 //! tenantplane's kubelet endpoint and the host API server. Needs root; skipped with
 //! a message otherwise.
@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use serde_json::json;
 use tenantplane_testenv::RealNode;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
 /// Real containers start in seconds, but this machine is shared and busy.
 const REAL: Duration = Duration::from_secs(120);
@@ -64,7 +65,7 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_real_container() {
                "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
                    "name": "main", "image": "local/busybox:1", "imagePullPolicy": "Never",
                    "command": ["sh", "-c",
-                       "echo web-started; echo tenant-page > /www/index.html; exec sleep 3600"]}]}}),
+                       "echo web-started; echo tenant-page > /www/index.html; exec httpd -f -p 8080 -h /www"]}]}}),
     )
     .await;
     let tenant_pods: Api<Pod> = Api::namespaced(w.h.tenant.clone(), "shop");
@@ -117,6 +118,44 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_real_container() {
     );
     assert!(!ok);
     assert!(err.contains("exit code 4"), "{err}");
+
+    // kubectl port-forward in the tenant: an HTTP request reaches the container's
+    // httpd through the endpoint, the host API server and the real kubelet.
+    let mut forward = tokio::process::Command::new("kubectl")
+        .arg(format!(
+            "--kubeconfig={}",
+            w.h.tenant_server.kubeconfig_path().display()
+        ))
+        .args(["-n", "shop", "port-forward", "pod/web", ":8080"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(forward.stdout.take().unwrap()).lines();
+    let local_port: u16 = loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("kubectl port-forward printed its port within 60 s")
+            .unwrap()
+            .expect("kubectl port-forward ended early");
+        if let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", local_port))
+        .await
+        .unwrap();
+    conn.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(30), conn.read_to_string(&mut answer))
+        .await
+        .expect("the web page within 30 s")
+        .unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.") && answer.ends_with("tenant-page\n"),
+        "{answer}"
+    );
+    forward.kill().await.unwrap();
 
     w.stop().await;
     drop(node);
