@@ -44,16 +44,7 @@ pub const MAX_REQUESTS: usize = 256;
 const ERROR_GRACE: Duration = Duration::from_secs(2);
 
 fn bad_request(message: String) -> Response {
-    let body = serde_json::json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": "BadRequest", "code": 400,
-    });
-    let mut response = (StatusCode::BAD_REQUEST, body.to_string()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    crate::server::status_response(StatusCode::BAD_REQUEST, "BadRequest", message)
 }
 
 /// The ports the query allows (`port=`/`ports=`, repeated or comma separated);

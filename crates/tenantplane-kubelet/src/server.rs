@@ -73,7 +73,7 @@ pub fn router(state: KubeletState) -> Router {
 }
 
 /// A `metav1.Status` answer, as the kubelet gives.
-fn status_response(code: StatusCode, reason: &str, message: String) -> Response {
+pub(crate) fn status_response(code: StatusCode, reason: &str, message: String) -> Response {
     let body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {},
         "status": "Failure", "message": message, "reason": reason, "code": code.as_u16(),

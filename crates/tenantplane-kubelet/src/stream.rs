@@ -122,11 +122,7 @@ pub fn choose_protocol(headers: &HeaderMap) -> Option<&'static str> {
 }
 
 fn bad_request(message: String) -> Response {
-    let body = serde_json::json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": "BadRequest", "code": 400,
-    });
-    (StatusCode::BAD_REQUEST, body.to_string()).into_response()
+    crate::server::status_response(StatusCode::BAD_REQUEST, "BadRequest", message)
 }
 
 /// Answers the WebSocket upgrade, starts the host exec or attach, and bridges them.
@@ -191,11 +187,7 @@ pub async fn upgrade(
         Ok(c) => c,
         Err(kube::Error::Api(status)) => {
             let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::BAD_GATEWAY);
-            let body = serde_json::json!({
-                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": status.message, "reason": status.reason, "code": code.as_u16(),
-            });
-            return (code, body.to_string()).into_response();
+            return crate::server::status_response(code, &status.reason, status.message);
         }
         Err(err) => {
             tracing::warn!(error = %err, pod = %host_name, "kubelet endpoint: host {} failed", kind.as_str());
