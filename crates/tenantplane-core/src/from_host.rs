@@ -216,15 +216,19 @@ pub fn tenant_copy(
     Value::Object(out)
 }
 
-/// Whether a tenant object is a fromHost copy of `source`.
-pub fn is_copy_of(tenant: &Value, source: &str) -> bool {
+/// The host source a tenant fromHost copy names, if it names one.
+pub fn source_of(tenant: &Value) -> Option<&str> {
     tenant
         .pointer(&format!(
             "/metadata/annotations/{}",
             ANNOTATION_HOST_SOURCE.replace('/', "~1")
         ))
         .and_then(Value::as_str)
-        == Some(source)
+}
+
+/// Whether a tenant object is a fromHost copy of `source`.
+pub fn is_copy_of(tenant: &Value, source: &str) -> bool {
+    source_of(tenant) == Some(source)
 }
 
 /// What differs between the desired copy and the tenant's object: data fields
@@ -389,6 +393,8 @@ mod tests {
                 .is_none()
         );
         assert!(is_copy_of(&copy, &source));
+        assert_eq!(source_of(&copy), Some(source.as_str()));
+        assert_eq!(source_of(&host), None);
         assert!(drift(&copy, &copy).is_empty());
 
         // A tenant edit shows up as drift (the server's own fields do not).

@@ -101,8 +101,8 @@ impl Engine {
             workers: spec.workers,
             resync,
             pods: pod_settings,
-            service_cidr: Arc::default(),
-            conflicts: Arc::default(),
+            service_cidr: Arc::new(ServiceCidrMismatches::new("Services")),
+            conflicts: Arc::new(ConflictedObjects::new("objects")),
         });
         let cancel = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();

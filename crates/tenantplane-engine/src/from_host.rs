@@ -16,22 +16,20 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Api;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Preconditions};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
 use tenantplane_core::from_host::{
-    ANNOTATION_HOST_SOURCE, LABEL_FROM_HOST, Mapping, check_secret, drift, host_source, is_copy_of,
-    tenant_copy,
+    LABEL_FROM_HOST, Mapping, check_secret, drift, host_source, is_copy_of, source_of, tenant_copy,
 };
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::decisions::MANAGER;
-use crate::kind_sync::{KindProgress, SyncContext};
+use crate::kind_sync::{KindProgress, SyncContext, post_params};
 
 /// One fromHost kind of one TenantCluster.
 pub struct FromHostKind {
@@ -165,13 +163,6 @@ async fn forward(
             Ok(_) => notify.notify_one(),
             Err(err) => tracing::warn!(%err, side, "fromHost watch failed; retrying"),
         }
-    }
-}
-
-fn post_params() -> PostParams {
-    PostParams {
-        dry_run: false,
-        field_manager: Some(MANAGER.into()),
     }
 }
 
@@ -399,11 +390,7 @@ impl FromHostSyncer {
             let Ok(value) = serde_json::to_value(object.as_ref()) else {
                 continue;
             };
-            let pointer = format!(
-                "/metadata/annotations/{}",
-                ANNOTATION_HOST_SOURCE.replace('/', "~1")
-            );
-            let Some(source) = str_at(&value, &pointer) else {
+            let Some(source) = source_of(&value) else {
                 continue;
             };
             if !source.starts_with(&prefix) || sources.contains(source) {

@@ -42,6 +42,7 @@ mod ingress;
 mod namespaces;
 mod outage;
 mod pod;
+mod problems;
 mod service;
 mod service_endpoint_slice;
 mod service_endpoints;
@@ -54,8 +55,8 @@ mod two_way;
 pub use dependency_finalizer::LABEL_HOST_COPY;
 pub use host_events::{HOST_EVENTS_BURST, HOST_EVENTS_PER_SECOND};
 pub use pod::{DEFAULT_HOST_UNREACHABLE_RELEASE, PodSettings, release_pod_finalizers};
-pub use service::ServiceCidrMismatches;
-pub use two_way::{ConflictedObjects, TwoWaySettings};
+pub use problems::{ConflictedObjects, ObjectProblems, ServiceCidrMismatches};
+pub use two_way::TwoWaySettings;
 
 /// Watch retries: quick at first and capped at a few seconds (kube's default grows
 /// to 30s), so a tenant API server that comes back is seen again promptly.
@@ -604,7 +605,9 @@ impl KindSyncer {
                 }
                 (Some(tenant), None) => self.apply(key, &tenant, None).await,
                 (None, Some(host)) => {
-                    self.ctx.conflicts.clear(&self.group_kind.to_string(), key);
+                    self.ctx
+                        .conflicts
+                        .clear(&(self.group_kind.to_string(), key.clone()));
                     self.collect(key, &host_name, &host).await
                 }
                 (None, None) => Ok(()),
@@ -984,7 +987,7 @@ fn is_from_host_copy(object: &DynamicObject) -> bool {
         && object.annotations().contains_key(ANNOTATION_HOST_SOURCE)
 }
 
-fn post_params() -> PostParams {
+pub(crate) fn post_params() -> PostParams {
     PostParams {
         dry_run: false,
         field_manager: Some(MANAGER.into()),

@@ -265,10 +265,27 @@ pub fn encode_base(base: &Fields) -> Result<String, BaseError> {
     Ok(text)
 }
 
+fn base_pointer() -> String {
+    format!("/metadata/annotations/{}", escape(BASE_ANNOTATION))
+}
+
+/// The base annotation's text as stored on an object, if any.
+pub fn stored_base_text(object: &Value) -> Option<&str> {
+    object.pointer(&base_pointer()).and_then(Value::as_str)
+}
+
+/// Stores `text` (from [`encode_base`]) as the object's base annotation.
+pub fn set_base(object: &mut Value, text: &str) {
+    set_field(
+        object,
+        &base_pointer(),
+        Some(&Value::String(text.to_owned())),
+    );
+}
+
 /// The base stored on an object, `Ok(None)` when it has none yet.
 pub fn stored_base(object: &Value) -> Result<Option<Fields>, BaseError> {
-    let pointer = format!("/metadata/annotations/{}", escape(BASE_ANNOTATION));
-    match object.pointer(&pointer) {
+    match object.pointer(&base_pointer()) {
         None => Ok(None),
         Some(Value::String(text)) => serde_json::from_str(text)
             .map(Some)

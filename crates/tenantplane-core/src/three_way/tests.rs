@@ -366,7 +366,12 @@ fn the_base_round_trips_through_its_annotation_and_bad_ones_are_errors() {
     ));
     let text = encode_base(&base).unwrap();
     let mut host = object(json!({}), json!({}));
-    host["metadata"]["annotations"] = json!({ BASE_ANNOTATION: text });
+    set_base(&mut host, &text);
+    assert_eq!(
+        host["metadata"]["annotations"][BASE_ANNOTATION],
+        json!(text)
+    );
+    assert_eq!(stored_base_text(&host), Some(text.as_str()));
     assert_eq!(stored_base(&host).unwrap(), Some(base));
     assert_eq!(stored_base(&object(json!({}), json!({}))).unwrap(), None);
     host["metadata"]["annotations"][BASE_ANNOTATION] = json!("{not json");

@@ -7,7 +7,7 @@
 //! while a key is being re-created its tenant Service's absence never collects the
 //! host copy, and a create that failed is retried from the remembered object.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use kube::Api;
@@ -26,37 +26,6 @@ use tenantplane_core::services::address::{
 use super::pod::{put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params};
 use crate::deletion::exactly;
-
-/// Tenant Services whose host address their API server refuses (it serves another
-/// service CIDR), for the TenantCluster's `ServiceCIDR` condition.
-#[derive(Debug, Default)]
-pub struct ServiceCidrMismatches(Mutex<BTreeMap<Key, String>>);
-
-impl ServiceCidrMismatches {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, String>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The condition message, when some Service is refused its host address.
-    pub fn message(&self) -> Option<String> {
-        let mismatches = self.lock();
-        let first = mismatches.values().next()?;
-        let more = mismatches.len() - 1;
-        Some(if more == 0 {
-            first.clone()
-        } else {
-            format!("{first} (and {more} more Services)")
-        })
-    }
-
-    fn set(&self, key: &Key, message: String) {
-        self.lock().insert(key.clone(), message);
-    }
-
-    fn clear(&self, key: &Key) {
-        self.lock().remove(key);
-    }
-}
 
 /// A re-create in flight.
 #[derive(Clone, Debug)]
@@ -344,7 +313,7 @@ impl KindSyncer {
         );
         if is_out_of_range(&refusal) {
             self.ctx.service_cidr.set(
-                key,
+                key.clone(),
                 format!(
                     "tenant Service {}/{} has host ClusterIP {}, outside the tenant API \
                      server's service CIDR ({refusal}); start the tenant API server with the \

@@ -6,7 +6,7 @@
 //! survives restarts and moves with the object. Existence stays the tenant's: a
 //! deleted tenant object deletes its copy (GC), a deleted copy is created again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -15,8 +15,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 use tenantplane_api::{ConflictPolicy, DecisionAction};
 use tenantplane_core::three_way::{
-    self, BASE_ANNOTATION, FieldOwnership, FieldWrite, Side, ThreeWayPlan, encode_base,
-    split_status, stored_base,
+    self, FieldOwnership, FieldWrite, Side, ThreeWayPlan, encode_base, split_status, stored_base,
 };
 
 use super::{Key, KindSyncer, SyncError, post_params};
@@ -26,41 +25,6 @@ use super::{Key, KindSyncer, SyncError, post_params};
 pub struct TwoWaySettings {
     pub ownership: FieldOwnership,
     pub policy: ConflictPolicy,
-}
-
-/// Objects with conflicts left for a person (`manual`), for the TenantCluster's
-/// `Conflicted` condition.
-#[derive(Debug, Default)]
-pub struct ConflictedObjects(Mutex<BTreeMap<(String, Key), Vec<String>>>);
-
-impl ConflictedObjects {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, Key), Vec<String>>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The condition message, when some object has an unresolved conflict.
-    pub fn message(&self) -> Option<String> {
-        let conflicted = self.lock();
-        let ((kind, (namespace, name)), fields) = conflicted.iter().next()?;
-        let more = conflicted.len() - 1;
-        let first = format!(
-            "{kind} {namespace}/{name}: both sides changed {} since they last agreed (conflictPolicy manual)",
-            fields.join(", ")
-        );
-        Some(if more == 0 {
-            first
-        } else {
-            format!("{first} (and {more} more objects)")
-        })
-    }
-
-    pub(super) fn set(&self, kind: &str, key: &Key, fields: Vec<String>) {
-        self.lock().insert((kind.to_owned(), key.clone()), fields);
-    }
-
-    pub(super) fn clear(&self, kind: &str, key: &Key) {
-        self.lock().remove(&(kind.to_owned(), key.clone()));
-    }
 }
 
 /// Versions this syncer replaced, per side and object: a cache still showing one
@@ -149,9 +113,17 @@ impl KindSyncer {
         let kind = self.group_kind.to_string();
         let unresolved: Vec<String> = plan.unresolved().map(|c| c.path.clone()).collect();
         if unresolved.is_empty() {
-            self.ctx.conflicts.clear(&kind, key);
+            self.ctx.conflicts.clear(&(kind.clone(), key.clone()));
         } else {
-            self.ctx.conflicts.set(&kind, key, unresolved.clone());
+            self.ctx.conflicts.set(
+                (kind.clone(), key.clone()),
+                format!(
+                    "{kind} {}/{}: both sides changed {} since they last agreed (conflictPolicy manual)",
+                    key.0,
+                    key.1,
+                    unresolved.join(", ")
+                ),
+            );
             let lines = three_way::summary(&plan);
             self.skip_once(
                 key,
@@ -177,13 +149,9 @@ impl KindSyncer {
                 describe(&plan, Side::Tenant, settings.policy),
             );
         }
-        let stored_text = host
-            .pointer(&format!(
-                "/metadata/annotations/{}",
-                three_way::escape(BASE_ANNOTATION)
-            ))
-            .and_then(Value::as_str);
-        if !plan.host_writes.is_empty() || stored_text != Some(base_text.as_str()) {
+        if !plan.host_writes.is_empty()
+            || three_way::stored_base_text(host) != Some(base_text.as_str())
+        {
             self.write_side(Side::Host, key, host, &plan.host_writes, Some(&base_text))
                 .await?;
             if !plan.host_writes.is_empty() {
@@ -224,14 +192,7 @@ impl KindSyncer {
         };
         let mut object = three_way::apply(current, &main);
         if let Some(base) = base {
-            three_way::set_field(
-                &mut object,
-                &format!(
-                    "/metadata/annotations/{}",
-                    three_way::escape(BASE_ANNOTATION)
-                ),
-                Some(&Value::String(base.to_owned())),
-            );
+            three_way::set_base(&mut object, base);
         }
         let mut latest = current.clone();
         if object != *current {
@@ -253,21 +214,17 @@ impl KindSyncer {
             latest = serde_json::to_value(&stored).map_err(|e| SyncError::Decode(e.to_string()))?;
         }
         if !status.is_empty() {
-            let with_status = three_way::apply(&latest, &status);
             if side == Side::Host {
                 let _ = self.write_budget().await;
                 self.count_write("update");
             }
-            let body: DynamicObject = serde_json::from_value(with_status)
+            let body: DynamicObject = serde_json::from_value(three_way::apply(&latest, &status))
                 .map_err(|e| SyncError::Decode(e.to_string()))?;
             match api.replace_status(&name, &post_params(), &body).await {
                 Ok(_) => self.superseded.replaced(side, &name, version(&latest)),
-                // No status subresource: the main update above carried it already
-                // only if it was in `main`; write it there now.
+                // No status subresource: status is part of the main resource, so the
+                // same object goes there.
                 Err(kube::Error::Api(s)) if s.code == 404 => {
-                    let body: DynamicObject =
-                        serde_json::from_value(three_way::apply(&latest, &status))
-                            .map_err(|e| SyncError::Decode(e.to_string()))?;
                     api.replace(&name, &post_params(), &body)
                         .await
                         .map_err(|source| SyncError::Api {
