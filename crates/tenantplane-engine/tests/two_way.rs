@@ -58,22 +58,6 @@ async fn set_status(api: &Api<DynamicObject>, name: &str, status: Value) {
     .unwrap();
 }
 
-/// Waits until `name` through `api` satisfies `check` and returns it.
-async fn wait_until(
-    api: &Api<DynamicObject>,
-    name: &str,
-    what: &str,
-    check: impl Fn(&DynamicObject) -> bool,
-) -> DynamicObject {
-    eventually(what, || {
-        let api = api.clone();
-        let name = name.to_owned();
-        let check = &check;
-        async move { api.get_opt(&name).await.ok().flatten().filter(|o| check(o)) }
-    })
-    .await
-}
-
 /// Decisions of TenantCluster `dev` about tenant object `name` whose reason contains `text`.
 async fn decisions_about(h: &Harness, name: &str, text: &str) -> Vec<Value> {
     h.decisions("dev")
@@ -133,7 +117,7 @@ async fn host_classes_and_a_mapped_configmap_appear_read_only_in_the_tenant() {
 
     // The classes appear under their own names, naming their host source.
     let classes = dynamic(&h.tenant, "storage.k8s.io/v1", "StorageClass", None);
-    let fast = wait_until(&classes, "fast", "StorageClass fast in the tenant", |_| {
+    let fast = wait_for_that(&classes, "fast", "StorageClass fast in the tenant", |_| {
         true
     })
     .await;
@@ -155,7 +139,7 @@ async fn host_classes_and_a_mapped_configmap_appear_read_only_in_the_tenant() {
         )
         .await
         .unwrap();
-    wait_until(&classes, "fast", "the tenant's label edit reverted", |o| {
+    wait_for_that(&classes, "fast", "the tenant's label edit reverted", |o| {
         o.metadata
             .labels
             .as_ref()
@@ -189,7 +173,7 @@ async fn host_classes_and_a_mapped_configmap_appear_read_only_in_the_tenant() {
 
     // The mapped ConfigMap appears in the tenant namespace and follows the host.
     let tenant_cms = h.tenant_api("v1", "ConfigMap", "default");
-    let ca = wait_until(&tenant_cms, "ca", "mapped ConfigMap default/ca", |_| true).await;
+    let ca = wait_for_that(&tenant_cms, "ca", "mapped ConfigMap default/ca", |_| true).await;
     assert_eq!(ca.data["data"]["ca.crt"], "PEM-1");
     let host_cms = dynamic(&h.host, "v1", "ConfigMap", Some("shared"));
     host_cms
@@ -200,7 +184,7 @@ async fn host_classes_and_a_mapped_configmap_appear_read_only_in_the_tenant() {
         )
         .await
         .unwrap();
-    wait_until(
+    wait_for_that(
         &tenant_cms,
         "ca",
         "the host's new CA reaches the tenant",
@@ -324,32 +308,32 @@ async fn a_bidirectional_custom_resource_sends_spec_down_and_status_up_without_l
     let host = gadgets(&h.host, HOST_NS);
     let host_name = predicted("g1", "default", "dev");
     create(&h.tenant, gadget("g1", 1)).await;
-    wait_until(&host, &host_name, "the tenant's Gadget on the host", |o| {
+    wait_for_that(&host, &host_name, "the tenant's Gadget on the host", |o| {
         o.data["spec"]["size"] == 1
     })
     .await;
 
     // A host operator reconciles: its status reaches the tenant.
     set_status(&host, &host_name, json!({"ready": true, "observedSize": 1})).await;
-    wait_until(&tenant, "g1", "host status in the tenant", |o| {
+    wait_for_that(&tenant, "g1", "host status in the tenant", |o| {
         o.data["status"]["ready"] == true
     })
     .await;
 
     // Tenant spec changes flow down; a host edit of the tenant's spec is reverted.
     set_spec(&tenant, "g1", 2).await;
-    wait_until(&host, &host_name, "tenant spec 2 on the host", |o| {
+    wait_for_that(&host, &host_name, "tenant spec 2 on the host", |o| {
         o.data["spec"]["size"] == 2
     })
     .await;
     set_spec(&host, &host_name, 9).await;
-    wait_until(&host, &host_name, "the host's spec edit reverted", |o| {
+    wait_for_that(&host, &host_name, "the host's spec edit reverted", |o| {
         o.data["spec"]["size"] == 2
     })
     .await;
     // A tenant status edit is reverted too: status is the host's.
     set_status(&tenant, "g1", json!({"ready": false})).await;
-    wait_until(&tenant, "g1", "the tenant's status edit reverted", |o| {
+    wait_for_that(&tenant, "g1", "the tenant's status edit reverted", |o| {
         o.data["status"]["ready"] == true
     })
     .await;
@@ -404,7 +388,7 @@ async fn conflicts_are_left_alone_under_manual_and_settled_under_tenant_wins() {
     let host = gadgets(&h.host, HOST_NS);
     let host_name = predicted("g1", "default", "dev");
     create(&h.tenant, gadget("g1", 1)).await;
-    wait_until(
+    wait_for_that(
         &host,
         &host_name,
         "the Gadget on the host with its base",
@@ -480,7 +464,7 @@ async fn conflicts_are_left_alone_under_manual_and_settled_under_tenant_wins() {
     controller.wait_passes("dev", 2).await;
     conflicting_edits(&h, controller, 7, 8).await;
     let controller = Controller::start(&h.host).await;
-    wait_until(&host, &host_name, "the tenant's 7 wins on the host", |o| {
+    wait_for_that(&host, &host_name, "the tenant's 7 wins on the host", |o| {
         o.data["spec"]["size"] == 7
     })
     .await;
@@ -531,7 +515,7 @@ async fn switching_a_kinds_direction_takes_effect_at_once_and_deletes_nothing() 
 
     // toHost -> bidirectional: the existing copy is adopted, its status comes up.
     switch("bidirectional").await;
-    wait_until(
+    wait_for_that(
         &tenant,
         "g1",
         "status in the tenant after the switch",
