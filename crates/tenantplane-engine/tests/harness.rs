@@ -47,6 +47,8 @@ where
     let start = Instant::now();
     loop {
         if let Some(value) = check().await {
+            // Captured, so shown only when the test fails: which waits were slow.
+            eprintln!("waited {:?} for: {what}", start.elapsed());
             return value;
         }
         assert!(

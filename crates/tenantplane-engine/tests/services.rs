@@ -464,9 +464,14 @@ async fn endpoints_flow_from_the_host_with_tenant_pod_names_and_pods_get_the_ser
     // The same tenant Pod in the Service's EndpointSlice (the 1.20 tenant serves
     // discovery.k8s.io/v1beta1; its own endpointslice controller is off).
     let tenant_slices = h.tenant_api("discovery.k8s.io/v1beta1", "EndpointSlice", "shop");
-    let slice = eventually("the tenant Service's EndpointSlice from the host", || {
+    // Written after the Endpoints from the same plan, so it may still show the
+    // earlier (empty) host state when the Endpoints already have the address.
+    let slice = eventually("the tenant Service's EndpointSlice with the Pod", || {
         let tenant_slices = tenant_slices.clone();
-        async move { tenant_slices.get_opt("web").await.unwrap() }
+        async move {
+            let s = tenant_slices.get_opt("web").await.unwrap()?;
+            s.data["endpoints"][0]["addresses"].is_array().then_some(s)
+        }
     })
     .await;
     assert_eq!(slice.data["addressType"], "IPv4");
