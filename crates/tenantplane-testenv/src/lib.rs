@@ -12,6 +12,7 @@
 mod assets;
 mod certs;
 mod crds;
+mod kubectl;
 mod metrics;
 pub mod node;
 mod process;
@@ -20,6 +21,7 @@ pub mod test_kubelet;
 
 pub use assets::Assets;
 pub use certs::{CertError, IssuedCert, TestCa};
+pub use kubectl::kubectl;
 pub use metrics::{RequestCounts, WRITE_VERBS, parse_request_counts};
 pub use node::RealNode;
 pub use server::{ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser};

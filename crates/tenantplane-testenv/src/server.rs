@@ -72,6 +72,10 @@ pub struct ApiServerOptions {
     pub users: Vec<TestUser>,
     /// More `kube-apiserver` flags.
     pub extra_args: Vec<String>,
+    /// Run the ServiceAccount admission plugin (off by default: no test Pod needs a
+    /// token, and without it Pods need no `default` account). Pods of a real node
+    /// that use in-cluster config need it.
+    pub service_account_admission: bool,
 }
 
 impl ApiServerOptions {
@@ -80,6 +84,7 @@ impl ApiServerOptions {
             name: name.to_owned(),
             users: Vec::new(),
             extra_args: Vec::new(),
+            service_account_admission: false,
         }
     }
 }
@@ -200,7 +205,17 @@ impl TestEnv {
     pub async fn start_apiserver_with(&self, options: ApiServerOptions) -> Result<ApiServer> {
         let dir = self.root.path().join(&options.name);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-        let serving = self.ca.issue(&["127.0.0.1", "localhost"])?;
+        // Also the names Pods use in-cluster (the `kubernetes` Service's ClusterIP in
+        // every testenv server's Service range), for a real node's relay.
+        let serving = self.ca.issue(&[
+            "127.0.0.1",
+            "localhost",
+            "10.96.0.1",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ])?;
         write(&dir.join("serving.crt"), &serving.cert_pem)?;
         write(&dir.join("serving.key"), &serving.key_pem)?;
         let (sa_key, sa_pub) = signing_key_pair_pem()?;
@@ -356,13 +371,15 @@ fn apiserver_args(
         format!("--service-account-signing-key-file={}", d("sa.key")),
         "--service-cluster-ip-range=10.96.0.0/16".into(),
         "--allow-privileged=true".into(),
-        "--disable-admission-plugins=ServiceAccount".into(),
         "--profiling=false".into(),
         // The endpoint reconciler cannot publish a loopback address and retries its
         // write every 10s; without it an idle server writes nothing, so every write
         // a test counts is the code under test's.
         "--endpoint-reconciler-type=none".into(),
     ];
+    if !options.service_account_admission {
+        args.push("--disable-admission-plugins=ServiceAccount".into());
+    }
     args.extend(options.extra_args.iter().cloned());
     args
 }

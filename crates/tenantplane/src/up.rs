@@ -29,6 +29,8 @@ const TENANT: &str = "dev";
 const KUBELET_CLIENT_SECRET: &str = "dev-kubelet-client";
 /// The image `up --real-node` makes of its own binary.
 const TENANTPLANE_IMAGE: &str = "local/tenantplane:dev";
+/// The tenant control plane's controllers that make Pods from workloads.
+const TENANT_CONTROLLERS: &str = "deployment,replicaset,statefulset,daemonset,job,cronjob";
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
@@ -102,8 +104,11 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     }
     eprintln!("starting etcd and two API servers (host and tenant)...");
     let env = TestEnv::start().await.context("starting etcd")?;
+    let mut host_options = ApiServerOptions::new("host");
+    // Pods on the real node (the tenant DNS server) use in-cluster config.
+    host_options.service_account_admission = args.real_node;
     let host_server = env
-        .start_apiserver("host")
+        .start_apiserver_with(host_options)
         .await
         .context("starting the host API server")?;
     // The tenant API server presents this client certificate to tenantplane's
@@ -128,9 +133,12 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         .context("starting the tenant API server")?;
     let node = if args.real_node {
         eprintln!("starting a real node (containerd, kubelet, kube-proxy, kube-scheduler)...");
-        let node = RealNode::start(&host_server)
+        let mut node = RealNode::start(&host_server)
             .await
             .context("starting the real node")?;
+        node.serve_api_to_pods(&host_server)
+            .await
+            .context("letting Pods reach the host API server")?;
         // This very binary as an image, for the Pods that run tenantplane itself.
         let exe = std::env::current_exe().context("finding the tenantplane binary")?;
         let image = Image::with_shared_libraries(TENANTPLANE_IMAGE, &exe, "tenantplane")
@@ -143,6 +151,10 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     };
     let host = host_server.client().await?;
     let tenant = tenant_server.client().await?;
+    // The tenant's workload controllers, so `kubectl create deployment` makes Pods.
+    let _tenant_controllers = env
+        .start_controller_manager_with(&tenant_server, TENANT_CONTROLLERS)
+        .context("starting the tenant's kube-controller-manager")?;
 
     host_server
         .install_crds(tenantplane_api::crds())
@@ -243,8 +255,13 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         host_unreachable_release: tenantplane_engine::kind_sync::DEFAULT_HOST_UNREACHABLE_RELEASE,
         // Only external control planes here (the testenv servers share one range).
         service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
-        // No Pod runs here: host Pods keep the host's DNS.
-        dns: None,
+        // Each tenant's DNS server is a Pod: only where Pods really run.
+        dns: node
+            .as_ref()
+            .map(|_| tenantplane_engine::tenant_dns::DnsDeployment {
+                image: TENANTPLANE_IMAGE.into(),
+                cluster_domain: tenantplane_core::dns::DEFAULT_CLUSTER_DOMAIN.into(),
+            }),
         // Tenant Nodes advertise the endpoint: `kubectl logs` in the tenant reaches it.
         kubelet_endpoint: Some(tenantplane_core::pods::KubeletEndpoint {
             address: kubelet.advertise_address.clone(),
@@ -291,14 +308,19 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     if let Some(node) = &node {
         println!();
         println!(
-            "  real node {} (logs in {}); a Pod that really runs:",
+            "  real node {} (logs in {}); Pods that really run, found by the tenant's DNS:",
             node.name(),
             node.dir().display()
         );
+        let t = tenant_kc.display();
         println!(
-            "  kubectl --kubeconfig {} run web --image=local/busybox:1 --image-pull-policy=Never -- httpd -f -p 8080 -h /www",
-            tenant_kc.display()
+            "  kubectl --kubeconfig {t} create deployment web --image=local/busybox:1 -- httpd -f -p 8080 -h /www"
         );
+        println!("  kubectl --kubeconfig {t} expose deployment web --port 80 --target-port 8080");
+        println!(
+            "  kubectl --kubeconfig {t} run client --image=local/busybox:1 --restart=Never -- sleep 3600"
+        );
+        println!("  kubectl --kubeconfig {t} exec client -- wget -qO- http://web/");
         println!(
             "  kubectl --kubeconfig {} run tp --image={TENANTPLANE_IMAGE} --image-pull-policy=Never --restart=Never -- /tenantplane version",
             tenant_kc.display()

@@ -15,6 +15,7 @@
 //! from this machine: `local/busybox:1` and `local/pause:1` (see [`image`]); Pods use
 //! them with `imagePullPolicy: Never`.
 
+mod api_relay;
 mod config;
 pub mod image;
 mod machine;
@@ -45,11 +46,13 @@ const POLL: Duration = Duration::from_millis(250);
 
 /// Controllers the node needs: node lifecycle (lifts the not-ready taint new nodes
 /// get, or the scheduler places nothing), endpoints and EndpointSlices (what
-/// kube-proxy routes Services by), and the workload controllers whose Pods the host
-/// runs. Namespace and garbage collection stay with the test's own controller manager
+/// kube-proxy routes Services by), the workload controllers whose Pods the host
+/// runs, and the service-account controllers (each namespace's `default` account and
+/// its token, for Pods that use in-cluster config: see [`RealNode::serve_api_to_pods`]). Namespace and garbage collection stay with the test's own controller manager
 /// ([`crate::TestEnv::start_controller_manager`]), so the two never duplicate work.
 pub const NODE_CONTROLLERS: &str = "nodelifecycle,endpoint,endpointslice,endpointslicemirroring,\
-                                    replicaset,deployment,statefulset,daemonset,job,podgc,ttl";
+                                    replicaset,deployment,statefulset,daemonset,job,podgc,ttl,\
+                                    serviceaccount,serviceaccount-token";
 
 const NODE_BINARIES: [&str; 5] = [
     "kubelet",
@@ -98,6 +101,8 @@ pub struct RealNode {
     /// containerd first; stopped in reverse order.
     children: Vec<ManagedChild>,
     started: Instant,
+    /// Set by [`RealNode::serve_api_to_pods`].
+    api_relay: Option<api_relay::ApiRelay>,
     // Released last, after the machine is restored.
     _lock: File,
 }
@@ -162,13 +167,14 @@ impl RealNode {
             dir,
             children: Vec::new(),
             started: Instant::now(),
+            api_relay: None,
             _lock: lock,
         };
         // From here on, an error drops `node`, which undoes what was done so far.
         node.prepare()?;
         node.start_containerd().await?;
         node.import_images(assets)?;
-        node.start_node_processes(assets, &server.kubeconfig_path())?;
+        node.start_node_processes(assets, server)?;
         node.wait_ready(server).await?;
         tracing::info!(
             node = NODE_IP,
@@ -176,6 +182,18 @@ impl RealNode {
             "real node Ready"
         );
         Ok(node)
+    }
+
+    /// Lets Pods use in-cluster config against `server` as on a real cluster: a
+    /// relay on the node IP to the server's loopback port, published as the
+    /// `default/kubernetes` Service's endpoints. Start `server` with
+    /// [`crate::ApiServerOptions::service_account_admission`] so Pods get tokens.
+    /// Returns the relay's address; it stops when the node drops.
+    pub async fn serve_api_to_pods(&mut self, server: &ApiServer) -> Result<std::net::SocketAddr> {
+        let relay = api_relay::start(server).await?;
+        let address = relay.address;
+        self.api_relay = Some(relay);
+        Ok(address)
     }
 
     /// The node's name (also its IP).
@@ -290,7 +308,9 @@ impl RealNode {
         Ok(())
     }
 
-    fn start_node_processes(&mut self, assets: &Path, kubeconfig: &Path) -> Result<()> {
+    fn start_node_processes(&mut self, assets: &Path, server: &ApiServer) -> Result<()> {
+        let kubeconfig = server.kubeconfig_path();
+        let kubeconfig = kubeconfig.as_path();
         let kc = kubeconfig.display().to_string();
         let dir = self.dir.clone();
         let d = |p: &str| dir.join(p).display().to_string();
@@ -325,6 +345,11 @@ impl RealNode {
             format!("--kubeconfig={kc}"),
             format!("--controllers={NODE_CONTROLLERS}"),
             "--use-service-account-credentials=false".into(),
+            // The token controller signs with the API server's service-account key.
+            format!(
+                "--service-account-private-key-file={}",
+                server.dir().join("sa.key").display()
+            ),
         ];
         kcm_args.extend(no_serving.iter().cloned());
         self.spawn(
@@ -361,6 +386,7 @@ impl RealNode {
     }
 
     fn teardown(&mut self) {
+        self.api_relay = None;
         // The API clients first, so nothing restarts what goes next; containerd
         // (always the first child) stays to remove the containers.
         while self.children.len() > 1 {
