@@ -36,17 +36,9 @@ fn kubectl_exec(
     pod: &str,
     command: &[&str],
 ) -> Result<String, String> {
-    let out = std::process::Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(["-n", HOST_NS, "exec", pod, "--"])
-        .args(command)
-        .output()
-        .map_err(|e| format!("run kubectl: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    let mut args = vec!["-n", HOST_NS, "exec", pod, "--"];
+    args.extend_from_slice(command);
+    tenantplane_testenv::kubectl(kubeconfig, &args)
 }
 
 #[tokio::test]
