@@ -22,13 +22,14 @@ pub mod review;
 pub mod rules;
 pub mod server;
 pub mod tenant_resources;
+pub mod tls;
 
 pub use config::{WebhookClient, namespace_webhook_configuration, webhook_configuration};
 pub use server::{
     router, router_with_client, router_with_rules, router_with_tenancy, serve, serve_router,
-    tls_config, tls_config_from_files,
 };
 pub use tenantplane_core::tenant_admission::Admins;
+pub use tls::{tls_config, tls_config_from_files};
 
 use std::path::PathBuf;
 

@@ -2,7 +2,6 @@
 //! `GET /healthz` and `GET /readyz`, over rustls (ring).
 
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +16,6 @@ use kube::Client;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionReview;
 use rustls::ServerConfig;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -128,45 +125,6 @@ async fn validate(body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
         );
     }
     Json(review)
-}
-
-/// A rustls server config (ring, TLS 1.2 and 1.3, HTTP/1.1) from PEM text: the
-/// certificate chain, then the private key (PKCS#8, PKCS#1 or SEC1).
-pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, Error> {
-    let certs = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| Error::Pem {
-            what: "certificate",
-            source,
-        })?;
-    if certs.is_empty() {
-        return Err(Error::NoCertificate);
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|source| Error::Pem {
-        what: "private key",
-        source,
-    })?;
-    // The provider is explicit, so the config never depends on a process default.
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(Error::Tls)?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(Error::Tls)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
-
-/// [`tls_config`] from files.
-pub fn tls_config_from_files(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, Error> {
-    let read = |path: &Path| {
-        std::fs::read(path).map_err(|source| Error::Read {
-            path: path.to_owned(),
-            source,
-        })
-    };
-    tls_config(&read(cert)?, &read(key)?)
 }
 
 /// Serves [`router`] over TLS on `listener` until `shutdown` completes; see

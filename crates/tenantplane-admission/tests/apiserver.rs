@@ -12,7 +12,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tenantplane_admission::{WebhookClient, serve, tls_config, webhook_configuration};
+use tenantplane_admission::config::CONFIGURATION_NAME;
+use tenantplane_admission::tls::RELOAD_CHECK;
+use tenantplane_admission::{
+    WebhookClient, serve, tls_config, tls_config_from_files, webhook_configuration,
+};
 use tenantplane_testenv::TestEnv;
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -273,4 +277,153 @@ async fn the_api_server_consults_the_webhook_and_fails_closed_only_for_tenantpla
         status.message
     );
     assert!(tcs.get_opt("prod").await.unwrap().is_none());
+}
+
+/// A fresh TLS handshake with the webhook, trusting only `ca_pem`.
+async fn handshake(port: u16, ca_pem: &str) -> Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    connector
+        .connect(name, tcp)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The dry-run create of an invalid TenantCluster: the API server's error message.
+async fn dry_run_message(tcs: &Api<DynamicObject>, object: &DynamicObject) -> String {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    match tcs.create(&dry_run, object).await {
+        Err(kube::Error::Api(status)) => status.message,
+        other => panic!("the invalid object was admitted: {other:?}"),
+    }
+}
+
+/// Polls the dry run until its message satisfies `wanted`.
+async fn until_message(
+    what: &str,
+    tcs: &Api<DynamicObject>,
+    object: &DynamicObject,
+    wanted: impl Fn(&str) -> bool,
+) {
+    let start = Instant::now();
+    loop {
+        let message = dry_run_message(tcs, object).await;
+        if wanted(&message) {
+            return;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "timed out waiting for {what}; last answer: {message}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[tokio::test]
+async fn a_rotated_certificate_is_served_without_a_restart() {
+    let env = TestEnv::start().await.expect("etcd");
+    let server = env.start_apiserver("host").await.expect("apiserver");
+    let client = server.client().await.expect("client");
+    server
+        .install_crds(tenantplane_api::crds())
+        .await
+        .expect("CRDs");
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team-dev"}})).unwrap(),
+        )
+        .await
+        .expect("namespace");
+
+    // Served from files, as `tenantplane webhook --tls-cert --tls-key` does.
+    let dir = env.root().join("webhook-tls");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert_file, key_file) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let first = env.ca().issue(&["127.0.0.1"]).unwrap();
+    std::fs::write(&cert_file, &first.cert_pem).unwrap();
+    std::fs::write(&key_file, &first.key_pem).unwrap();
+    let tls = tls_config_from_files(&cert_file, &key_file).expect("TLS from files");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let webhook = tokio::spawn(serve(listener, tls, async {
+        stopped.await.ok();
+    }));
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let url = WebhookClient::Url(format!("https://127.0.0.1:{port}/validate"));
+    configs
+        .create(
+            &PostParams::default(),
+            &webhook_configuration(url.clone(), env.ca().cert_pem().as_bytes()),
+        )
+        .await
+        .expect("webhook registered");
+    let tcs = api(&client, "TenantCluster", Some("team-dev"));
+    let invalid = tenant_cluster(&"a".repeat(41), json!({}));
+    until_message("the webhook to answer", &tcs, &invalid, |m| {
+        m.contains(DENIED_BY)
+    })
+    .await;
+
+    // The rotation: a certificate from another CA. First the API server trusts only
+    // the new CA, so the old certificate fails its calls (the test can tell)...
+    let rotated_ca = tenantplane_testenv::TestCa::new("rotated").unwrap();
+    let mut config = configs.get(CONFIGURATION_NAME).await.unwrap();
+    let rotated_config = webhook_configuration(url, rotated_ca.cert_pem().as_bytes());
+    config.webhooks = rotated_config.webhooks;
+    configs
+        .replace(CONFIGURATION_NAME, &PostParams::default(), &config)
+        .await
+        .unwrap();
+    until_message("the old certificate to be refused", &tcs, &invalid, |m| {
+        m.contains("failed calling webhook") && m.contains("x509")
+    })
+    .await;
+    // ...then the files change under the running server, which serves them.
+    let second = rotated_ca.issue(&["127.0.0.1"]).unwrap();
+    std::fs::write(&key_file, &second.key_pem).unwrap();
+    std::fs::write(&cert_file, &second.cert_pem).unwrap();
+    until_message(
+        "the rotated certificate to be served",
+        &tcs,
+        &invalid,
+        |m| m.contains(DENIED_BY),
+    )
+    .await;
+
+    // A broken file (a rotation half done) keeps the last good certificate: new
+    // handshakes (the API server may reuse its connection) past the reload check
+    // still get the rotated one.
+    assert!(handshake(port, &rotated_ca.cert_pem()).await.is_ok());
+    std::fs::write(&cert_file, "not a certificate").unwrap();
+    let start = Instant::now();
+    while start.elapsed() < RELOAD_CHECK * 3 {
+        let answer = handshake(port, &rotated_ca.cert_pem()).await;
+        assert!(answer.is_ok(), "{answer:?}");
+        tokio::time::sleep(POLL).await;
+    }
+    assert!(handshake(port, &env.ca().cert_pem()).await.is_err());
+    let message = dry_run_message(&tcs, &invalid).await;
+    assert!(message.contains(DENIED_BY), "{message}");
+    stop.send(()).unwrap();
+    webhook.await.unwrap().unwrap();
 }
