@@ -4,7 +4,6 @@
 //! the tenant, and which dependency copies are still needed.
 
 pub mod dns;
-pub mod host_events;
 pub mod host_pod;
 pub mod isolation;
 pub mod node;
