@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::core::v1::Pod;
@@ -61,7 +61,7 @@ pub fn router(state: KubeletState) -> Router {
         .route("/exec/{ns}/{pod}/{container}", any(exec))
         .route("/attach/{ns}/{pod}/{container}", any(attach))
         .route("/portForward/{ns}/{pod}", any(port_forward))
-        .route("/run/{ns}/{pod}/{container}", any(not_implemented_run))
+        .route("/run/{ns}/{pod}/{container}", post(run))
         .fallback(|| async {
             status_response(
                 StatusCode::NOT_FOUND,
@@ -376,12 +376,30 @@ async fn port_forward(
     portforward::upgrade(request, pods, host_name, tenant, allowed)
 }
 
-async fn not_implemented_run() -> Response {
-    status_response(
-        StatusCode::NOT_IMPLEMENTED,
-        "NotImplemented",
-        "run is not implemented by tenantplane's kubelet endpoint; use exec".to_owned(),
+async fn run(
+    State(state): State<KubeletState>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    request: Request,
+) -> Response {
+    let (target, host_name) = match authorize(
+        &state,
+        fingerprint(&request),
+        "run",
+        namespace,
+        pod,
+        Some(container.clone()),
     )
+    .await
+    {
+        Ok(found) => found,
+        Err(answer) => return *answer,
+    };
+    let command = match crate::run::run_command(request.uri().query().unwrap_or_default()) {
+        Ok(c) => c,
+        Err(message) => return status_response(StatusCode::BAD_REQUEST, "BadRequest", message),
+    };
+    let pods: Api<Pod> = Api::namespaced(state.host.clone(), &target.tenant_cluster.namespace);
+    crate::run::run(pods, &host_name, &container, command).await
 }
 
 /// Serves [`router`] over TLS on `listener` until `shutdown` completes.
