@@ -62,6 +62,7 @@ pub fn router(state: KubeletState) -> Router {
         .route("/attach/{ns}/{pod}/{container}", any(attach))
         .route("/portForward/{ns}/{pod}", any(port_forward))
         .route("/run/{ns}/{pod}/{container}", post(run))
+        .route("/stats/summary", get(stats_summary))
         .fallback(|| async {
             status_response(
                 StatusCode::NOT_FOUND,
@@ -400,6 +401,18 @@ async fn run(
     };
     let pods: Api<Pod> = Api::namespaced(state.host.clone(), &target.tenant_cluster.namespace);
     crate::run::run(pods, &host_name, &container, command).await
+}
+
+async fn stats_summary(State(state): State<KubeletState>, request: Request) -> Response {
+    let tenant_cluster = match caller(&state, fingerprint(&request)) {
+        Ok(key) => key,
+        Err(answer) => return *answer,
+    };
+    let forwarded_uri = request
+        .headers()
+        .get("x-forwarded-uri")
+        .and_then(|v| v.to_str().ok());
+    crate::stats::summary(state.host.clone(), &tenant_cluster, forwarded_uri).await
 }
 
 /// Serves [`router`] over TLS on `listener` until `shutdown` completes.
