@@ -1,9 +1,9 @@
 //! tenantplane's kubelet endpoint (issue 11): the kubelet API (`containerLogs`,
-//! `exec`, `attach`, `portForward`, `run`, `stats/summary`) served to tenant API
+//! `exec`, `attach`, `portForward`, `run`, `stats/summary`, `metrics/resource`) served to tenant API
 //! servers for their tenant Nodes, each call translated to the host Pod through the
 //! HOST API server (`pods/log`, `pods/exec` (also for [`run`]), `pods/attach`,
 //! `pods/portforward`; port-forward over SPDY/3.1, [`spdy`] and [`portforward`];
-//! the summary through `nodes/proxy`, filtered to the tenant's Pods, [`stats`])
+//! the node figures through `nodes/proxy`, filtered to the tenant's Pods, [`stats`])
 //! with the controller's own client; never to a host kubelet directly.
 //!
 //! Callers are identified by the SHA-256 fingerprint of their TLS client

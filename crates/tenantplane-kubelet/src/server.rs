@@ -28,6 +28,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::authz::{PodTarget, check_host_pod};
 use crate::portforward;
 use crate::registry::{SharedRegistry, TenantClusterKey, fingerprint_der};
+use crate::stats::NodePath;
 use crate::stream::{self, StreamKind, StreamOptions};
 
 pub const HEALTHZ_PATH: &str = "/healthz";
@@ -63,6 +64,7 @@ pub fn router(state: KubeletState) -> Router {
         .route("/portForward/{ns}/{pod}", any(port_forward))
         .route("/run/{ns}/{pod}/{container}", post(run))
         .route("/stats/summary", get(stats_summary))
+        .route("/metrics/resource", get(resource_metrics))
         .fallback(|| async {
             status_response(
                 StatusCode::NOT_FOUND,
@@ -404,6 +406,16 @@ async fn run(
 }
 
 async fn stats_summary(State(state): State<KubeletState>, request: Request) -> Response {
+    node_figures(state, request, NodePath::Summary).await
+}
+
+async fn resource_metrics(State(state): State<KubeletState>, request: Request) -> Response {
+    node_figures(state, request, NodePath::ResourceMetrics).await
+}
+
+/// A node-level path: authenticated like the others; what crosses is filtered to
+/// the caller's Pods, so nothing is refused.
+async fn node_figures(state: KubeletState, request: Request, path: NodePath) -> Response {
     let tenant_cluster = match caller(&state, fingerprint(&request)) {
         Ok(key) => key,
         Err(answer) => return *answer,
@@ -412,7 +424,7 @@ async fn stats_summary(State(state): State<KubeletState>, request: Request) -> R
         .headers()
         .get("x-forwarded-uri")
         .and_then(|v| v.to_str().ok());
-    crate::stats::summary(state.host.clone(), &tenant_cluster, forwarded_uri).await
+    crate::stats::node_path(state.host.clone(), &tenant_cluster, forwarded_uri, path).await
 }
 
 /// Serves [`router`] over TLS on `listener` until `shutdown` completes.

@@ -1,7 +1,8 @@
-//! `GET /stats/summary`: the host kubelet's summary of the host node a tenant Node
-//! stands for, read through the HOST API server (`nodes/{node}/proxy/stats/summary`)
-//! and cut down to the calling TenantCluster's synced Pods under their tenant names
-//! ([`tenantplane_core::pods::stats`]).
+//! `GET /stats/summary` and `GET /metrics/resource`: the host kubelet's figures of
+//! the host node a tenant Node stands for, read through the HOST API server
+//! (`nodes/{node}/proxy/...`) and cut down to the calling TenantCluster's synced
+//! Pods under their tenant names ([`tenantplane_core::pods::stats`],
+//! [`tenantplane_core::pods::resource_metrics`]).
 //!
 //! Every tenant Node of a TenantCluster advertises this one endpoint, so the path
 //! does not say which Node is asked: the tenant API server's node proxy names it in
@@ -21,6 +22,7 @@ use tenantplane_api::TenantCluster;
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::pods::NodeView;
+use tenantplane_core::pods::resource_metrics::tenant_resource_metrics;
 use tenantplane_core::pods::stats::{StatsPod, StatsPods, proxied_node_name, tenant_summary};
 use tenantplane_core::provenance::reverse_lookup;
 
@@ -43,14 +45,14 @@ enum StatsError {
         #[source]
         source: kube::Error,
     },
-    #[error("asking for the summary of host node {node}: {source}")]
+    #[error("building the request to host node {node}: {source}")]
     Request {
         node: String,
         #[source]
         source: axum::http::Error,
     },
-    #[error("reading the summary of host node {node}: {source}")]
-    Summary {
+    #[error("reading from host node {node}: {source}")]
+    Host {
         node: String,
         #[source]
         source: kube::Error,
@@ -60,16 +62,35 @@ enum StatsError {
 /// The synced Pods of a TenantCluster, by host node: host node → its host Pods.
 type PodsByNode = BTreeMap<String, StatsPods>;
 
-/// The tenant's summary for the tenant Node the call names.
-pub async fn summary(
+/// Which host kubelet path a node-level call reads, and how the tenant sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodePath {
+    /// `/stats/summary` (JSON).
+    Summary,
+    /// `/metrics/resource` (Prometheus text).
+    ResourceMetrics,
+}
+
+impl NodePath {
+    fn as_str(self) -> &'static str {
+        match self {
+            NodePath::Summary => "stats/summary",
+            NodePath::ResourceMetrics => "metrics/resource",
+        }
+    }
+}
+
+/// The tenant's view of `path` for the tenant Node the call names.
+pub async fn node_path(
     host: Client,
     tenant_cluster: &TenantClusterKey,
     forwarded_uri: Option<&str>,
+    path: NodePath,
 ) -> Response {
-    match answer(host, tenant_cluster, forwarded_uri).await {
+    match answer(host, tenant_cluster, forwarded_uri, path).await {
         Ok(response) => response,
         Err(err) => {
-            tracing::warn!(tenant = %tenant_cluster, error = %err, "kubelet endpoint: stats summary failed");
+            tracing::warn!(tenant = %tenant_cluster, path = path.as_str(), error = %err, "kubelet endpoint: node stats failed");
             status_response(
                 StatusCode::BAD_GATEWAY,
                 "InternalError",
@@ -79,11 +100,62 @@ pub async fn summary(
     }
 }
 
+/// The tenant Node asked for, the host node it stands for (`None`: none of the
+/// tenant's Pods runs there), and the tenant's Pods on it.
+struct NodeTarget {
+    tenant_node: String,
+    host_node: Option<String>,
+    pods: StatsPods,
+}
+
 async fn answer(
     host: Client,
     tenant_cluster: &TenantClusterKey,
     forwarded_uri: Option<&str>,
+    path: NodePath,
 ) -> Result<Response, StatsError> {
+    let target = match node_target(&host, tenant_cluster, forwarded_uri, path).await? {
+        Ok(target) => target,
+        Err(refusal) => return Ok(refusal),
+    };
+    let host_namespace = &tenant_cluster.namespace;
+    let (body, content_type) = match path {
+        NodePath::Summary => {
+            let host_summary = match &target.host_node {
+                Some(node) => host_get::<Value>(&host, node, path).await?,
+                None => Value::Null,
+            };
+            let body = tenant_summary(
+                &host_summary,
+                host_namespace,
+                &target.pods,
+                &target.tenant_node,
+            );
+            (body.to_string(), "application/json")
+        }
+        NodePath::ResourceMetrics => {
+            let text = match &target.host_node {
+                Some(node) => host_get_text(&host, node, path).await?,
+                None => String::new(),
+            };
+            let body = tenant_resource_metrics(&text, host_namespace, &target.pods);
+            (body, "text/plain; version=0.0.4")
+        }
+    };
+    let mut response = (StatusCode::OK, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    Ok(response)
+}
+
+/// The node the call is about, or the answer when it cannot be told.
+async fn node_target(
+    host: &Client,
+    tenant_cluster: &TenantClusterKey,
+    forwarded_uri: Option<&str>,
+    path: NodePath,
+) -> Result<Result<NodeTarget, Response>, StatsError> {
     let clusters: Api<TenantCluster> = Api::namespaced(host.clone(), &tenant_cluster.namespace);
     let tc =
         clusters
@@ -98,51 +170,45 @@ async fn answer(
         salt: tc.metadata.uid.clone().unwrap_or_default(),
         kubelet_endpoint: None,
     };
-    let by_node = synced_pods(&host, tenant_cluster).await?;
+    let mut by_node = synced_pods(host, tenant_cluster).await?;
     // Tenant Node name → host node, for the nodes the tenant's Pods run on.
-    let tenant_nodes: BTreeMap<String, &String> = by_node
+    let tenant_nodes: BTreeMap<String, String> = by_node
         .keys()
-        .map(|host_node| (view.tenant_node_name(host_node), host_node))
+        .map(|host_node| (view.tenant_node_name(host_node), host_node.clone()))
         .collect();
-    let asked = forwarded_uri.and_then(proxied_node_name);
-    let (tenant_node, host_node) = match asked {
-        // A tenant Node none of the tenant's Pods runs on: nothing to show.
-        Some(name) => (name.to_owned(), tenant_nodes.get(name).copied()),
-        None => match tenant_nodes.iter().next() {
-            Some((name, host_node)) if tenant_nodes.len() == 1 => (name.clone(), Some(*host_node)),
-            Some(_) => {
-                return Ok(status_response(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
+    let (tenant_node, host_node) = match forwarded_uri.and_then(proxied_node_name) {
+        Some(name) => (name.to_owned(), tenant_nodes.get(name).cloned()),
+        None if tenant_nodes.len() > 1 => {
+            return Ok(Err(status_response(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!(
                     "the Pods of this TenantCluster run on several Nodes, which share this endpoint: \
-                     ask through the tenant API server (nodes/{node}/proxy/stats/summary)"
-                        .to_owned(),
-                ));
-            }
+                     ask through the tenant API server (nodes/{{node}}/proxy/{})",
+                    path.as_str()
+                ),
+            )));
+        }
+        None => match tenant_nodes.into_iter().next() {
+            Some((name, host_node)) => (name, Some(host_node)),
             None => {
-                return Ok(status_response(
+                return Ok(Err(status_response(
                     StatusCode::NOT_FOUND,
                     "NotFound",
                     "no Pod of this TenantCluster runs on a node".to_owned(),
-                ));
+                )));
             }
         },
     };
-    let empty = StatsPods::new();
-    let (host_summary, pods) = match host_node {
-        Some(node) => (
-            host_node_summary(&host, node).await?,
-            by_node.get(node).unwrap_or(&empty),
-        ),
-        None => (Value::Null, &empty),
-    };
-    let body = tenant_summary(&host_summary, &tenant_cluster.namespace, pods, &tenant_node);
-    let mut response = (StatusCode::OK, body.to_string()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Ok(response)
+    let pods = host_node
+        .as_ref()
+        .and_then(|node| by_node.remove(node))
+        .unwrap_or_default();
+    Ok(Ok(NodeTarget {
+        tenant_node,
+        host_node,
+        pods,
+    }))
 }
 
 /// The host copies of the TenantCluster's Pods that are bound to a node, checked
@@ -192,17 +258,33 @@ async fn synced_pods(
     Ok(by_node)
 }
 
-/// `nodes/{node}/proxy/stats/summary` on the host API server.
-async fn host_node_summary(host: &Client, node: &str) -> Result<Value, StatsError> {
-    let request = axum::http::Request::get(format!("/api/v1/nodes/{node}/proxy/stats/summary"))
+/// `nodes/{node}/proxy/<path>` on the host API server.
+fn host_request(node: &str, path: NodePath) -> Result<axum::http::Request<Vec<u8>>, StatsError> {
+    axum::http::Request::get(format!("/api/v1/nodes/{node}/proxy/{}", path.as_str()))
         .body(Vec::new())
         .map_err(|source| StatsError::Request {
             node: node.to_owned(),
             source,
-        })?;
-    host.request::<Value>(request)
+        })
+}
+
+async fn host_get<T: serde::de::DeserializeOwned>(
+    host: &Client,
+    node: &str,
+    path: NodePath,
+) -> Result<T, StatsError> {
+    host.request::<T>(host_request(node, path)?)
         .await
-        .map_err(|source| StatsError::Summary {
+        .map_err(|source| StatsError::Host {
+            node: node.to_owned(),
+            source,
+        })
+}
+
+async fn host_get_text(host: &Client, node: &str, path: NodePath) -> Result<String, StatsError> {
+    host.request_text(host_request(node, path)?)
+        .await
+        .map_err(|source| StatsError::Host {
             node: node.to_owned(),
             source,
         })

@@ -1,8 +1,9 @@
 //! The kubelet paths a tenant reaches through its API server's node proxy
 //! (`nodes/{node}/proxy/...`) rather than kubectl's Pod subresources: `run`
-//! (a command's output, through the host `pods/exec`) and `stats/summary` (the
-//! host node's summary through the host API server, cut down to the tenant's own
-//! Pods under tenant names). The host node is a TestKubelet.
+//! (a command's output, through the host `pods/exec`), `stats/summary` and
+//! `metrics/resource` (the host node's figures through the host API server, cut
+//! down to the tenant's own Pods under tenant names). The host node is a
+//! TestKubelet.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -136,7 +137,7 @@ fn pod_stats(ns: &str, name: &str, uid: &str, cpu: u64, memory: u64) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_summary_through_the_tenant_node_proxy_shows_only_the_tenants_pods() {
+async fn node_figures_through_the_tenant_node_proxy_show_only_the_tenants_pods() {
     let w = World::start().await;
     let (kubelet, host_name) = web_pod(&w).await;
     let node = tenant_node(&w).await;
@@ -202,6 +203,27 @@ async fn stats_summary_through_the_tenant_node_proxy_shows_only_the_tenants_pods
     assert_eq!(answer.status, 200, "{answer:?}");
     let direct: Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(direct, summary);
+    // /metrics/resource (what metrics-server reads), by the same rules.
+    kubelet.set_resource_metrics(&format!(
+        "# TYPE container_cpu_usage_seconds_total counter\n\
+         container_cpu_usage_seconds_total{{container=\"app\",namespace=\"{HOST_NS}\",pod=\"{host_name}\"}} 1.5 1767225660000\n\
+         container_cpu_usage_seconds_total{{container=\"app\",namespace=\"{HOST_NS}\",pod=\"stranger\"}} 9 1767225660000\n\
+         # TYPE node_cpu_usage_seconds_total counter\n\
+         node_cpu_usage_seconds_total 123456.7 1767225660000\n\
+         scrape_error 0\n"
+    ));
+    let text = node_proxy(&w, "GET", &node, "/metrics/resource")
+        .await
+        .unwrap();
+    assert_eq!(
+        text,
+        "# TYPE container_cpu_usage_seconds_total counter\n\
+         container_cpu_usage_seconds_total{container=\"app\",namespace=\"shop\",pod=\"web\"} 1.5 1767225660000\n\
+         # TYPE node_cpu_usage_seconds_total counter\n\
+         node_cpu_usage_seconds_total 1.5 1767225660000\n\
+         scrape_error 0\n"
+    );
+
     // A caller no TenantCluster registered: 401.
     let stranger = w.h.env.ca().issue(&["stranger"]).unwrap();
     let answer = w.get(Some(&stranger), "/stats/summary").await.unwrap();

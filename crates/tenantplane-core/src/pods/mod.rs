@@ -9,6 +9,7 @@ pub mod isolation;
 pub mod node;
 pub mod refcount;
 pub mod refs;
+pub mod resource_metrics;
 pub mod stats;
 pub mod status;
 pub mod storage;
