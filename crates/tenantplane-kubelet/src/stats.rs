@@ -23,7 +23,7 @@ use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::pods::NodeView;
 use tenantplane_core::pods::resource_metrics::tenant_resource_metrics;
-use tenantplane_core::pods::stats::{StatsPod, StatsPods, proxied_node_name, tenant_summary};
+use tenantplane_core::pods::stats::{NodeChoice, StatsPod, StatsPods, choose_node, tenant_summary};
 use tenantplane_core::provenance::reverse_lookup;
 
 use crate::registry::TenantClusterKey;
@@ -171,14 +171,14 @@ async fn node_target(
         kubelet_endpoint: None,
     };
     let mut by_node = synced_pods(host, tenant_cluster).await?;
-    // Tenant Node name → host node, for the nodes the tenant's Pods run on.
-    let tenant_nodes: BTreeMap<String, String> = by_node
-        .keys()
-        .map(|host_node| (view.tenant_node_name(host_node), host_node.clone()))
-        .collect();
-    let (tenant_node, host_node) = match forwarded_uri.and_then(proxied_node_name) {
-        Some(name) => (name.to_owned(), tenant_nodes.get(name).cloned()),
-        None if tenant_nodes.len() > 1 => {
+    let choice = choose_node(&view, by_node.keys().map(String::as_str), forwarded_uri);
+    let (tenant_node, host_node) = match choice {
+        NodeChoice::Host {
+            tenant_node,
+            host_node,
+        } => (tenant_node, Some(host_node)),
+        NodeChoice::NoPods { tenant_node } => (tenant_node, None),
+        NodeChoice::Ambiguous => {
             return Ok(Err(status_response(
                 StatusCode::BAD_REQUEST,
                 "BadRequest",
@@ -189,16 +189,13 @@ async fn node_target(
                 ),
             )));
         }
-        None => match tenant_nodes.into_iter().next() {
-            Some((name, host_node)) => (name, Some(host_node)),
-            None => {
-                return Ok(Err(status_response(
-                    StatusCode::NOT_FOUND,
-                    "NotFound",
-                    "no Pod of this TenantCluster runs on a node".to_owned(),
-                )));
-            }
-        },
+        NodeChoice::Nowhere => {
+            return Ok(Err(status_response(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "no Pod of this TenantCluster runs on a node".to_owned(),
+            )));
+        }
     };
     let pods = host_node
         .as_ref()

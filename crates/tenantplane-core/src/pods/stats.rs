@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+use super::node::NodeView;
+
 /// A tenant Pod a host Pod stands for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatsPod {
@@ -128,6 +130,58 @@ fn summed(pods: &[Value], field: &str, sums: &[&str]) -> Option<Value> {
         }
     }
     Some(Value::Object(out))
+}
+
+/// Which host node a node-level call (`/stats/summary`, `/metrics/resource`) of a
+/// TenantCluster is about. Its tenant Nodes all share one endpoint, so the path
+/// does not say; the tenant API server's node proxy does, in `X-Forwarded-Uri`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeChoice {
+    /// Tenant Node `tenant_node`, which stands for host node `host_node`.
+    Host {
+        tenant_node: String,
+        host_node: String,
+    },
+    /// A tenant Node none of the tenant's Pods runs on: nothing of the host to show.
+    NoPods { tenant_node: String },
+    /// No Node named, and the tenant's Pods run on several.
+    Ambiguous,
+    /// No Node named, and none of the tenant's Pods runs on a node.
+    Nowhere,
+}
+
+/// The node a call is about, from the host nodes the tenant's Pods run on (named
+/// by `view`) and the proxied URI. A name matching none of them never reaches
+/// another host node.
+pub fn choose_node<'a>(
+    view: &NodeView,
+    host_nodes: impl IntoIterator<Item = &'a str>,
+    forwarded_uri: Option<&str>,
+) -> NodeChoice {
+    let by_tenant_name: BTreeMap<String, &str> = host_nodes
+        .into_iter()
+        .map(|host| (view.tenant_node_name(host), host))
+        .collect();
+    if let Some(asked) = forwarded_uri.and_then(proxied_node_name) {
+        return match by_tenant_name.get(asked) {
+            Some(host) => NodeChoice::Host {
+                tenant_node: asked.to_owned(),
+                host_node: (*host).to_owned(),
+            },
+            None => NodeChoice::NoPods {
+                tenant_node: asked.to_owned(),
+            },
+        };
+    }
+    let mut nodes = by_tenant_name.into_iter();
+    match (nodes.next(), nodes.next()) {
+        (Some((tenant_node, host)), None) => NodeChoice::Host {
+            tenant_node,
+            host_node: host.to_owned(),
+        },
+        (Some(_), Some(_)) => NodeChoice::Ambiguous,
+        (None, _) => NodeChoice::Nowhere,
+    }
 }
 
 /// The tenant Node a node-proxy call named: the API server forwards

@@ -1,4 +1,5 @@
 use super::*;
+use tenantplane_api::NodeMode;
 
 /// A host kubelet's summary: our host Pod, another tenant's, one tenantplane does
 /// not own, and one of ours in another host namespace.
@@ -133,4 +134,64 @@ fn the_proxied_node_is_read_from_the_forwarded_uri() {
     assert_eq!(proxied_node_name("/stats/summary"), None);
     assert_eq!(proxied_node_name("/api/v1/nodes//proxy/x"), None);
     assert_eq!(proxied_node_name("/api/v1/nodes/n1/status"), None);
+}
+
+#[test]
+fn the_node_a_call_is_about_is_the_proxied_one_or_the_only_one() {
+    let view = NodeView {
+        mode: NodeMode::Virtual,
+        salt: "tc-uid".into(),
+        kubelet_endpoint: None,
+    };
+    let one = view.tenant_node_name("rack-1");
+    let uri = |node: &str| format!("/api/v1/nodes/{node}/proxy/stats/summary");
+    assert_eq!(
+        choose_node(&view, ["rack-1", "rack-2"], Some(&uri(&one))),
+        NodeChoice::Host {
+            tenant_node: one.clone(),
+            host_node: "rack-1".into()
+        }
+    );
+    // Not proxied: the only node, or none.
+    assert_eq!(
+        choose_node(&view, ["rack-1"], None),
+        NodeChoice::Host {
+            tenant_node: one.clone(),
+            host_node: "rack-1".into()
+        }
+    );
+    assert_eq!(
+        choose_node(&view, ["rack-1", "rack-2"], None),
+        NodeChoice::Ambiguous
+    );
+    assert_eq!(choose_node(&view, [], None), NodeChoice::Nowhere);
+    // A Node none of the tenant's Pods runs on (a scheduled-mode Node, or a name
+    // made up): nothing of any host node, even the host name itself or another
+    // TenantCluster's name for a node the tenant uses.
+    let other_tenant = NodeView {
+        salt: "other-uid".into(),
+        ..view.clone()
+    };
+    for name in [
+        "tenantplane-0000000000000000".to_owned(),
+        "rack-1".to_owned(),
+        other_tenant.tenant_node_name("rack-1"),
+    ] {
+        assert_eq!(
+            choose_node(&view, ["rack-1"], Some(&uri(&name))),
+            NodeChoice::NoPods { tenant_node: name }
+        );
+    }
+    // In mirror mode the tenant Node is named like the host node.
+    let mirror = NodeView {
+        mode: NodeMode::Mirror,
+        ..view.clone()
+    };
+    assert_eq!(
+        choose_node(&mirror, ["rack-1"], Some(&uri("rack-1"))),
+        NodeChoice::Host {
+            tenant_node: "rack-1".into(),
+            host_node: "rack-1".into()
+        }
+    );
 }
