@@ -19,7 +19,7 @@ use crate::decisions::DecisionSender;
 use crate::fairness::WriteBudget;
 use crate::kind_sync::{
     ConflictedObjects, KindProgress, KindSyncer, KindTarget, PodSettings, ServiceCidrMismatches,
-    SyncContext, TwoWaySettings,
+    SyncContext, SyncedKinds, TwoWaySettings, watch_host_events,
 };
 use crate::metrics::Metrics;
 
@@ -103,9 +103,12 @@ impl Engine {
             pods: pod_settings,
             service_cidr: Arc::new(ServiceCidrMismatches::new("Services")),
             conflicts: Arc::new(ConflictedObjects::new("objects")),
+            synced: SyncedKinds::default(),
         });
         let cancel = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
+        // One watch of host Events for every synced kind (not one per kind).
+        tasks.spawn(watch_host_events(Arc::clone(&ctx), cancel.child_token()));
         let mut kinds = BTreeMap::new();
         let mut from_host = BTreeMap::new();
         for resource in &spec.policy.resources {
@@ -143,6 +146,7 @@ impl Engine {
                 Ok(two_way) => {
                     match resolve(&host, &tenant, &resource.api_version, &resource.kind).await {
                         Ok((group_kind, tenant_resource, host_resource)) => {
+                            ctx.synced.expect(group_kind.clone());
                             let progress = Arc::new(KindProgress::default());
                             tasks.spawn(KindSyncer::run(
                                 Arc::clone(&ctx),

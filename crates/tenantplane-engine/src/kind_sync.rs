@@ -53,7 +53,7 @@ mod tenant_view;
 mod two_way;
 
 pub use dependency_finalizer::LABEL_HOST_COPY;
-pub use host_events::{HOST_EVENTS_BURST, HOST_EVENTS_PER_SECOND};
+pub use host_events::{HOST_EVENTS_BURST, HOST_EVENTS_PER_SECOND, SyncedKinds, watch_host_events};
 pub use pod::{DEFAULT_HOST_UNREACHABLE_RELEASE, PodSettings, release_pod_finalizers};
 pub use problems::{ConflictedObjects, ObjectProblems, ServiceCidrMismatches};
 pub use two_way::TwoWaySettings;
@@ -113,6 +113,8 @@ pub struct SyncContext {
     pub service_cidr: Arc<ServiceCidrMismatches>,
     /// Bidirectional objects with unresolved conflicts, for the `Conflicted` condition.
     pub conflicts: Arc<ConflictedObjects>,
+    /// The running kinds, for the host Events watch.
+    pub synced: SyncedKinds,
 }
 
 /// The kind one [`KindSyncer`] syncs, resolved on both API servers.
@@ -247,6 +249,18 @@ impl KindSyncer {
             two_way,
             superseded: Default::default(),
         });
+        ctx.synced.register(host_events::KindCaches {
+            kind: tenantplane_core::host_events::SyncedKind {
+                api_version: syncer.api_version.clone(),
+                group_kind: syncer.group_kind.clone(),
+            },
+            host_resource: syncer.host_resource.clone(),
+            tenant_resource: syncer.tenant_resource.clone(),
+            host_store: syncer.host_store.clone(),
+            tenant_store: syncer.tenant_store.clone(),
+            host_api: host_api.clone(),
+            ready: syncer.ready.clone(),
+        });
         if let Some((writer, _)) = namespace_cache {
             let s = Arc::clone(&syncer);
             let tenant = ctx.tenant.clone();
@@ -315,10 +329,9 @@ impl KindSyncer {
             }
             let s = Arc::clone(&syncer);
             tasks.spawn(async move { s.finalize_dependencies().await });
-            let s = Arc::clone(&syncer);
-            tasks.spawn(async move { s.watch_host_events().await });
         }
         cancel.cancelled().await;
+        ctx.synced.unregister(&syncer.group_kind);
         syncer.queue.shut_down();
         if let Some(path) = &syncer.pods {
             path.dependencies.shut_down();

@@ -452,6 +452,11 @@ pub async fn merge_patch(api: &Api<DynamicObject>, name: &str, patch: Value) -> 
 }
 
 /// Waits until `name` exists through `api`, and returns it.
+/// The UID of object `name` (which must exist).
+pub async fn uid_of(api: &Api<DynamicObject>, name: &str) -> String {
+    api.get(name).await.unwrap().metadata.uid.unwrap()
+}
+
 pub async fn wait_for(api: &Api<DynamicObject>, name: &str) -> DynamicObject {
     eventually(&format!("{name} to exist"), || async {
         api.get_opt(name).await.ok().flatten()

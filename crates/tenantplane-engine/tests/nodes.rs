@@ -366,9 +366,22 @@ async fn scheduled_mode_offers_schedulable_nodes_syncs_only_bound_pods_and_pins_
 
 /// A host Event about host Pod `pod` (uid `uid`), as the kubelet records one.
 fn host_event(name: &str, pod: &str, uid: &str, reason: &str, message: &str, count: i64) -> Value {
+    host_event_about("Pod", name, pod, uid, reason, message, count)
+}
+
+/// A host Event about host object `kind` `object` (uid `uid`).
+fn host_event_about(
+    kind: &str,
+    name: &str,
+    object: &str,
+    uid: &str,
+    reason: &str,
+    message: &str,
+    count: i64,
+) -> Value {
     json!({"apiVersion": "v1", "kind": "Event",
            "metadata": {"name": name, "namespace": HOST_NS},
-           "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": HOST_NS, "name": pod, "uid": uid},
+           "involvedObject": {"apiVersion": "v1", "kind": kind, "namespace": HOST_NS, "name": object, "uid": uid},
            "type": "Warning", "reason": reason, "message": message, "count": count,
            "source": {"component": "kubelet", "host": HOST_NODE},
            "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"})
@@ -498,5 +511,140 @@ async fn host_pod_events_reach_the_tenant_pod_with_tenant_names_and_others_never
     assert!(controller.metrics.host_events_of("foreign") >= 2);
     assert_eq!(controller.metrics.host_events_of("copied"), 2);
     assert_eq!(controller.metrics.host_events_of("deduplicated"), 1);
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn host_service_events_reach_the_tenant_service_and_foreign_services_never_cross() {
+    let h = Harness::start().await;
+    create(
+        &h.host,
+        policy("pods", &[("v1", "Pod"), ("v1", "Service")], "2s"),
+    )
+    .await;
+    create_namespace(&h.tenant, "shop").await;
+    let controller = Controller::start(&h.host).await;
+    create(
+        &h.host,
+        tenant_cluster("dev", HOST_NS, "fast", "pods", "dev-kubeconfig"),
+    )
+    .await;
+    create(
+        &h.tenant,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}),
+    )
+    .await;
+    let host_services = h.host_api("v1", "Service");
+    let tenant_services = h.tenant_api("v1", "Service", "shop");
+    let host_name = predicted("web", "shop", "dev");
+    // The tenant Service is made again with its host copy's address: wait for that,
+    // so the tenant UID read below is the final one.
+    let (tenant_uid, host_copy) = eventually("web with its host copy's address", || async {
+        let host = host_services.get_opt(&host_name).await.unwrap()?;
+        let tenant = tenant_services.get_opt("web").await.unwrap()?;
+        let address = |o: &DynamicObject| o.data["spec"]["clusterIP"].as_str().map(str::to_owned);
+        (address(&host).is_some() && address(&host) == address(&tenant))
+            .then(|| (tenant.metadata.uid.clone().unwrap(), host))
+    })
+    .await;
+    let host_uid = host_copy.metadata.uid.clone().unwrap();
+
+    // A host Service tenantplane does not own, and one carrying our copy's labels and
+    // annotations (forged): Events about either never cross.
+    create(
+        &h.host,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "billing", "namespace": HOST_NS},
+               "spec": {"ports": [{"port": 80}]}}),
+    )
+    .await;
+    create(
+        &h.host,
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "forged", "namespace": HOST_NS,
+                            "labels": host_copy.metadata.labels, "annotations": host_copy.metadata.annotations},
+               "spec": {"ports": [{"port": 80}]}}),
+    )
+    .await;
+    for (event, object) in [("billing.1", "billing"), ("forged.1", "forged")] {
+        let uid = uid_of(&host_services, object).await;
+        create(
+            &h.host,
+            host_event_about(
+                "Service",
+                event,
+                object,
+                &uid,
+                "ForeignTrouble",
+                &format!("{object} failed in {HOST_NS}"),
+                1,
+            ),
+        )
+        .await;
+    }
+
+    let message = format!(
+        "Error syncing load balancer for {HOST_NS}/{host_name}: {host_name} has no ingress"
+    );
+    create(
+        &h.host,
+        host_event_about(
+            "Service",
+            "web-svc.1",
+            &host_name,
+            &host_uid,
+            "SyncLoadBalancerFailed",
+            &message,
+            2,
+        ),
+    )
+    .await;
+    let copied = tenant_event_with(&h, "SyncLoadBalancerFailed").await;
+    assert_eq!(
+        copied.data["involvedObject"],
+        json!({"apiVersion": "v1", "kind": "Service", "namespace": "shop", "name": "web", "uid": tenant_uid})
+    );
+    assert_eq!(
+        copied.data["message"],
+        "Error syncing load balancer for shop/web: web has no ingress"
+    );
+    assert_eq!(copied.data["count"], 2);
+    assert_eq!(copied.metadata.namespace.as_deref(), Some("shop"));
+
+    // Host Events are seen in order: once a later one about our Service crossed, the
+    // foreign ones were seen and dropped.
+    create(
+        &h.host,
+        host_event_about(
+            "Service",
+            "web-svc.2",
+            &host_name,
+            &host_uid,
+            "EnsuredLoadBalancer",
+            "ensured",
+            1,
+        ),
+    )
+    .await;
+    tenant_event_with(&h, "EnsuredLoadBalancer").await;
+    let all = h
+        .tenant_api("v1", "Event", "shop")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(all.len(), 2, "{all:?}");
+    let text = serde_json::to_string(&all).unwrap();
+    for leak in [
+        "ForeignTrouble",
+        "billing",
+        "forged",
+        HOST_NS,
+        host_name.as_str(),
+    ] {
+        assert!(!text.contains(leak), "{leak} in {text}");
+    }
+    assert!(controller.metrics.host_events_of("foreign") >= 2);
+    assert_eq!(controller.metrics.host_events_of("copied"), 2);
     controller.stop().await;
 }

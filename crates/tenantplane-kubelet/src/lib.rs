@@ -1,9 +1,10 @@
 //! tenantplane's kubelet endpoint (issue 11): the kubelet API (`containerLogs`,
-//! `exec`, `attach`, `portForward`) served to tenant API servers for their tenant
-//! Nodes, each call translated to the host Pod through the HOST API server
-//! (`pods/log`, `pods/exec`, `pods/attach`, `pods/portforward`; port-forward over
-//! SPDY/3.1, [`spdy`] and [`portforward`]) with the controller's own client;
-//! never to a host kubelet.
+//! `exec`, `attach`, `portForward`, `run`, `stats/summary`, `metrics/resource`) served to tenant API
+//! servers for their tenant Nodes, each call translated to the host Pod through the
+//! HOST API server (`pods/log`, `pods/exec` (also for [`run`]), `pods/attach`,
+//! `pods/portforward`; port-forward over SPDY/3.1, [`spdy`] and [`portforward`];
+//! the node figures through `nodes/proxy`, filtered to the tenant's Pods, [`stats`])
+//! with the controller's own client; never to a host kubelet directly.
 //!
 //! Callers are identified by the SHA-256 fingerprint of their TLS client
 //! certificate ([`registry`], fed by [`feeder`]); a path is served only for a host
@@ -17,8 +18,10 @@ pub mod authz;
 pub mod feeder;
 pub mod portforward;
 pub mod registry;
+pub mod run;
 pub mod server;
 pub mod spdy;
+pub mod stats;
 pub mod stream;
 pub mod tls;
 

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::core::v1::Pod;
@@ -28,6 +28,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::authz::{PodTarget, check_host_pod};
 use crate::portforward;
 use crate::registry::{SharedRegistry, TenantClusterKey, fingerprint_der};
+use crate::stats::NodePath;
 use crate::stream::{self, StreamKind, StreamOptions};
 
 pub const HEALTHZ_PATH: &str = "/healthz";
@@ -61,7 +62,9 @@ pub fn router(state: KubeletState) -> Router {
         .route("/exec/{ns}/{pod}/{container}", any(exec))
         .route("/attach/{ns}/{pod}/{container}", any(attach))
         .route("/portForward/{ns}/{pod}", any(port_forward))
-        .route("/run/{ns}/{pod}/{container}", any(not_implemented_run))
+        .route("/run/{ns}/{pod}/{container}", post(run))
+        .route("/stats/summary", get(stats_summary))
+        .route("/metrics/resource", get(resource_metrics))
         .fallback(|| async {
             status_response(
                 StatusCode::NOT_FOUND,
@@ -376,12 +379,52 @@ async fn port_forward(
     portforward::upgrade(request, pods, host_name, tenant, allowed)
 }
 
-async fn not_implemented_run() -> Response {
-    status_response(
-        StatusCode::NOT_IMPLEMENTED,
-        "NotImplemented",
-        "run is not implemented by tenantplane's kubelet endpoint; use exec".to_owned(),
+async fn run(
+    State(state): State<KubeletState>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    request: Request,
+) -> Response {
+    let (target, host_name) = match authorize(
+        &state,
+        fingerprint(&request),
+        "run",
+        namespace,
+        pod,
+        Some(container.clone()),
     )
+    .await
+    {
+        Ok(found) => found,
+        Err(answer) => return *answer,
+    };
+    let command = match crate::run::run_command(request.uri().query().unwrap_or_default()) {
+        Ok(c) => c,
+        Err(message) => return status_response(StatusCode::BAD_REQUEST, "BadRequest", message),
+    };
+    let pods: Api<Pod> = Api::namespaced(state.host.clone(), &target.tenant_cluster.namespace);
+    crate::run::run(pods, &host_name, &container, command).await
+}
+
+async fn stats_summary(State(state): State<KubeletState>, request: Request) -> Response {
+    node_figures(state, request, NodePath::Summary).await
+}
+
+async fn resource_metrics(State(state): State<KubeletState>, request: Request) -> Response {
+    node_figures(state, request, NodePath::ResourceMetrics).await
+}
+
+/// A node-level path: authenticated like the others; what crosses is filtered to
+/// the caller's Pods, so nothing is refused.
+async fn node_figures(state: KubeletState, request: Request, path: NodePath) -> Response {
+    let tenant_cluster = match caller(&state, fingerprint(&request)) {
+        Ok(key) => key,
+        Err(answer) => return *answer,
+    };
+    let forwarded_uri = request
+        .headers()
+        .get("x-forwarded-uri")
+        .and_then(|v| v.to_str().ok());
+    crate::stats::node_path(state.host.clone(), &tenant_cluster, forwarded_uri, path).await
 }
 
 /// Serves [`router`] over TLS on `listener` until `shutdown` completes.

@@ -83,7 +83,7 @@ impl StreamOptions {
 }
 
 /// Decodes `%XX` escapes and `+` (a space in a query).
-fn percent_decode(text: &str) -> Option<String> {
+pub(crate) fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

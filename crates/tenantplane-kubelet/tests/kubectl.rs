@@ -11,13 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
-use serde_json::json;
-use tenantplane_testenv::TestKubelet;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-
-const NODE: &str = "node-a";
 
 async fn kubectl(w: &World, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
     let kubeconfig = w.h.tenant_server.kubeconfig_path();
@@ -50,63 +44,6 @@ async fn kubectl(w: &World, args: &[&str], stdin: Option<&str>) -> (bool, String
         String::from_utf8_lossy(&out.stdout).to_string(),
         String::from_utf8_lossy(&out.stderr).to_string(),
     )
-}
-
-/// Pod `shop/web`, synced to the host and bound to a host node played by a
-/// TestKubelet; checks the tenant Node it is bound to advertises the endpoint.
-/// Returns the kubelet and the host Pod's name.
-async fn web_pod(w: &World) -> (TestKubelet, String) {
-    // The host node, played by a test kubelet the host API server proxies to.
-    let kubelet = TestKubelet::start(&w.h.host_server, NODE).await.unwrap();
-    create(
-        &w.h.tenant,
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop"},
-               "spec": {"containers": [{"name": "app", "image": "busybox"}]}}),
-    )
-    .await;
-    let host_name = predicted("web", "shop", "dev");
-    wait_for(&w.h.host_api("v1", "Pod"), &host_name).await;
-    kubelet
-        .bind_pod(&w.h.host, HOST_NS, &host_name)
-        .await
-        .unwrap();
-    // The engine binds the tenant Pod to the (virtual) tenant Node of that host
-    // node, which advertises tenantplane's kubelet endpoint, not the host's.
-    let tenant_pod = wait_for_that(
-        &w.h.tenant_api("v1", "Pod", "shop"),
-        "web",
-        "bound to a tenant Node and Running",
-        |p| p.data["spec"]["nodeName"].is_string() && p.data["status"]["phase"] == "Running",
-    )
-    .await;
-    let node_name = tenant_pod.data["spec"]["nodeName"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert_ne!(node_name, NODE, "the tenant sees the host node's name");
-    let node = Api::<Node>::all(w.h.tenant.clone())
-        .get(&node_name)
-        .await
-        .unwrap();
-    let status = node.status.unwrap();
-    assert_eq!(
-        status
-            .daemon_endpoints
-            .unwrap()
-            .kubelet_endpoint
-            .unwrap()
-            .port,
-        i32::from(w.endpoint.port())
-    );
-    let addresses: Vec<String> = status
-        .addresses
-        .unwrap()
-        .into_iter()
-        .map(|a| a.address)
-        .collect();
-    assert_eq!(addresses, ["127.0.0.1"]);
-
-    (kubelet, host_name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,6 +21,9 @@
 //!   `v5.channel.k8s.io`, `v4.channel.k8s.io` and `channel.k8s.io` (see [`stream`]);
 //! - `/portForward/{ns}/{pod}`: WebSocket port-forward (`v4.channel.k8s.io` or
 //!   `portforward.k8s.io`), an echo server on every port;
+//! - `GET /stats/summary`: the JSON a test set with [`TestKubelet::set_stats_summary`]
+//!   (404 until then); `GET /metrics/resource` likewise, the text of
+//!   [`TestKubelet::set_resource_metrics`];
 //! - `GET /healthz`: `ok`; anything else: 404.
 //!
 //! SPDY (what kubectl falls back to, and tunnels for port-forward) is refused with
@@ -127,6 +130,10 @@ impl RecordedRequest {
 pub(crate) struct Shared {
     pub(crate) options: TestKubeletOptions,
     pub(crate) requests: Mutex<Vec<RecordedRequest>>,
+    /// What `/stats/summary` answers.
+    pub(crate) stats_summary: Mutex<Option<serde_json::Value>>,
+    /// What `/metrics/resource` answers.
+    pub(crate) resource_metrics: Mutex<Option<String>>,
     /// Every task the server spawned (connections, streams): aborted on drop.
     pub(crate) tasks: Mutex<Vec<AbortHandle>>,
 }
@@ -197,6 +204,8 @@ impl TestKubelet {
         let shared = Arc::new(Shared {
             options,
             requests: Mutex::new(Vec::new()),
+            stats_summary: Mutex::new(None),
+            resource_metrics: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
         });
         let accept =
@@ -241,6 +250,21 @@ impl TestKubelet {
             .lock()
             .map(|r| r.clone())
             .unwrap_or_default()
+    }
+
+    /// What `GET /stats/summary` answers from now on (the kubelet's Summary API
+    /// JSON, as the test wants it).
+    pub fn set_stats_summary(&self, summary: serde_json::Value) {
+        if let Ok(mut s) = self.shared.stats_summary.lock() {
+            *s = Some(summary);
+        }
+    }
+
+    /// What `GET /metrics/resource` answers from now on (Prometheus text).
+    pub fn set_resource_metrics(&self, text: &str) {
+        if let Ok(mut m) = self.shared.resource_metrics.lock() {
+            *m = Some(text.to_owned());
+        }
     }
 
     /// Forgets the requests recorded so far.

@@ -4,12 +4,13 @@
 //! the tenant, and which dependency copies are still needed.
 
 pub mod dns;
-pub mod host_events;
 pub mod host_pod;
 pub mod isolation;
 pub mod node;
 pub mod refcount;
 pub mod refs;
+pub mod resource_metrics;
+pub mod stats;
 pub mod status;
 pub mod storage;
 pub mod tokens;

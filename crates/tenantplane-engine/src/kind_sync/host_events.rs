@@ -1,23 +1,31 @@
-//! Host Events about this tenant's host Pods, copied onto the tenant Pods (see
-//! [`tenantplane_core::pods::host_events`]). Events about anything else in the
-//! host namespace never cross. Copies are rate-limited per TenantCluster.
+//! Host Events about this tenant's synced host objects (Pods, Services, PVCs,
+//! ConfigMaps, ... every kind a [`KindSyncer`] runs for), copied onto the tenant
+//! objects (see [`tenantplane_core::host_events`]). One watch of Events per host
+//! namespace, whatever the number of kinds: each Event is matched to the synced
+//! kind it names, and to the host object through that kind's cache. Events about
+//! anything else in the host namespace never cross. Copies are rate-limited per
+//! TenantCluster.
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
-use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tenantplane_api::ApiFairness;
+use tenantplane_core::host_events::{
+    EventTarget, EventWrite, SyncedKind, event_target, involved_group_kind, tenant_event,
+};
 use tenantplane_core::kinds::GroupKind;
-use tenantplane_core::pods::host_events::{EventTarget, EventWrite, is_about_pod, tenant_event};
-use tenantplane_core::provenance::reverse_lookup;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::pod::{get_value, str_at};
-use super::{KindSyncer, WatchBackoff, post_params, typed_value};
+use super::{SyncContext, WatchBackoff, post_params, typed_value};
 use crate::fairness::WriteBudget;
 use crate::metrics::OutcomeLabels;
 
@@ -25,155 +33,235 @@ use crate::metrics::OutcomeLabels;
 pub const HOST_EVENTS_PER_SECOND: u32 = 10;
 pub const HOST_EVENTS_BURST: u32 = 50;
 
-impl KindSyncer {
-    fn count_host_event(&self, outcome: &'static str) {
-        self.ctx
-            .metrics
-            .host_events
-            .get_or_create(&OutcomeLabels { outcome })
-            .inc();
+/// What the Events watch uses of one running kind: its caches and host API.
+#[derive(Clone)]
+pub(super) struct KindCaches {
+    pub(super) kind: SyncedKind,
+    pub(super) host_resource: ApiResource,
+    pub(super) tenant_resource: ApiResource,
+    pub(super) host_store: Store<DynamicObject>,
+    pub(super) tenant_store: Store<DynamicObject>,
+    pub(super) host_api: Api<DynamicObject>,
+    /// Fired once both caches are complete.
+    pub(super) ready: CancellationToken,
+}
+
+/// The kinds of one TenantCluster whose host objects' Events may cross: each
+/// running [`super::KindSyncer`] registers its caches here.
+#[derive(Clone, Default)]
+pub struct SyncedKinds {
+    inner: Arc<SyncedKindsInner>,
+}
+
+#[derive(Default)]
+struct SyncedKindsInner {
+    /// The kinds the engine started a syncer for (registered or about to be).
+    expected: Mutex<BTreeSet<GroupKind>>,
+    running: Mutex<HashMap<GroupKind, KindCaches>>,
+    registered: Notify,
+}
+
+impl SyncedKinds {
+    /// Notes that a syncer for `group_kind` is starting: Events about it wait for
+    /// its caches instead of being dropped as foreign.
+    pub fn expect(&self, group_kind: GroupKind) {
+        self.inner
+            .expected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(group_kind);
     }
 
-    /// Watches Events in the host namespace and copies those about this tenant's
-    /// host Pods. Returns when the task is aborted.
-    pub(super) async fn watch_host_events(self: Arc<Self>) {
-        // The host Pod cache decides what is ours: wait until it is complete.
-        self.ready.cancelled().await;
-        let budget = WriteBudget::new(ApiFairness {
-            qps: HOST_EVENTS_PER_SECOND,
-            burst: HOST_EVENTS_BURST,
-        });
-        let api: Api<Event> =
-            Api::namespaced(self.ctx.host.clone(), &self.ctx.target.host_namespace);
-        let mut stream = watcher(api, watcher::Config::default())
-            .backoff(WatchBackoff::default())
-            .applied_objects()
-            .boxed();
+    pub(super) fn register(&self, caches: KindCaches) {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(caches.kind.group_kind.clone(), caches);
+        self.inner.registered.notify_waiters();
+    }
+
+    pub(super) fn unregister(&self, group_kind: &GroupKind) {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(group_kind);
+        self.inner
+            .expected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(group_kind);
+    }
+
+    /// The caches of `group_kind` once complete; `None` when it is not synced.
+    async fn ready(&self, group_kind: &GroupKind) -> Option<KindCaches> {
+        loop {
+            let registered = self.inner.registered.notified();
+            tokio::pin!(registered);
+            // Registered from now on wakes us, even before we wait.
+            registered.as_mut().enable();
+            let found = self
+                .inner
+                .running
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(group_kind)
+                .cloned();
+            if let Some(caches) = found {
+                caches.ready.cancelled().await;
+                return Some(caches);
+            }
+            let expected = self
+                .inner
+                .expected
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(group_kind);
+            if !expected {
+                return None;
+            }
+            registered.await;
+        }
+    }
+}
+
+fn count_host_event(ctx: &SyncContext, outcome: &'static str) {
+    ctx.metrics
+        .host_events
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
+}
+
+/// Watches Events in the TenantCluster's host namespace and copies those about
+/// its synced host objects, until `cancel` fires.
+pub async fn watch_host_events(ctx: Arc<SyncContext>, cancel: CancellationToken) {
+    let budget = WriteBudget::new(ApiFairness {
+        qps: HOST_EVENTS_PER_SECOND,
+        burst: HOST_EVENTS_BURST,
+    });
+    let api: Api<Event> = Api::namespaced(ctx.host.clone(), &ctx.target.host_namespace);
+    let mut stream = watcher(api, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .applied_objects()
+        .boxed();
+    let copy_all = async {
         while let Some(item) = stream.next().await {
             match item {
                 Ok(event) => {
-                    if let Err(err) = self.copy_host_event(&event, &budget).await {
-                        tracing::debug!(%err, tenant = %self.ctx.target.tenant, "host event not copied");
+                    if let Err(err) = copy_host_event(&ctx, &event, &budget).await {
+                        tracing::debug!(%err, tenant = %ctx.target.tenant, "host event not copied");
                     }
                 }
                 Err(err) => {
-                    tracing::debug!(%err, tenant = %self.ctx.target.tenant, "host event watch");
+                    tracing::debug!(%err, tenant = %ctx.target.tenant, "host event watch");
                 }
             }
         }
+    };
+    tokio::select! {
+        () = copy_all => {}
+        () = cancel.cancelled() => {}
     }
+}
 
-    /// The tenant Pod the host Pod `name` stands for, when it is a synced host Pod
-    /// of this TenantCluster.
-    async fn event_target(&self, event: &Value) -> Option<EventTarget> {
-        let name = str_at(event, "/involvedObject/name")?;
-        let namespace = &self.ctx.target.host_namespace;
-        let cached = self
-            .host_store
-            .get(&ObjectRef::new_with(&name, self.host_resource.clone()).within(namespace))
-            .and_then(|o| typed_value(&o, &self.host_resource).ok());
-        let host_pod = match cached {
-            Some(pod) => pod,
-            // Not seen yet (the Event came first): ask.
-            None => get_value(&self.host_api, &self.host_resource, &name)
-                .await
-                .ok()
-                .flatten()?,
-        };
-        let host_uid = str_at(&host_pod, "/metadata/uid");
-        if !is_about_pod(event, namespace, &name, host_uid.as_deref()) {
-            return None;
-        }
-        let (actual, labels, annotations) = tenantplane_core::plan::meta_of(&host_pod);
-        let identity = reverse_lookup(actual, &labels, &annotations).ok()?;
-        if identity.tenant != self.ctx.target.tenant
-            || identity.group_kind != GroupKind::new("", "Pod")
-        {
-            return None;
-        }
-        let tenant_ref = ObjectRef::new_with(&identity.name, self.tenant_resource.clone())
-            .within(&identity.virtual_namespace);
-        let tenant_uid = self
-            .tenant_store
-            .get(&tenant_ref)
-            .and_then(|p| p.metadata.uid.clone())
-            .or(identity.uid);
-        let view = &self.ctx.pods.nodes;
-        let node = str_at(&host_pod, "/spec/nodeName")
+/// The tenant object host Event `event` is about, when the host object it names
+/// is the host copy of a synced object of this TenantCluster.
+async fn target_of(ctx: &SyncContext, event: &Value) -> Option<EventTarget> {
+    let group_kind = involved_group_kind(event)?;
+    let caches = ctx.synced.ready(&group_kind).await?;
+    let name = str_at(event, "/involvedObject/name")?;
+    let namespace = &ctx.target.host_namespace;
+    let cached = caches
+        .host_store
+        .get(&ObjectRef::new_with(&name, caches.host_resource.clone()).within(namespace))
+        .and_then(|o| typed_value(&o, &caches.host_resource).ok());
+    let host_object = match cached {
+        Some(object) => object,
+        // Not seen yet (the Event came first), or not ours (the cache holds only
+        // objects labelled for this tenant): ask.
+        None => get_value(&caches.host_api, &caches.host_resource, &name)
+            .await
+            .ok()
+            .flatten()?,
+    };
+    let mut target = event_target(
+        event,
+        &host_object,
+        &caches.kind,
+        namespace,
+        &ctx.target.tenant,
+    )?;
+    let tenant_ref =
+        ObjectRef::new_with(&target.name, caches.tenant_resource.clone()).within(&target.namespace);
+    if let Some(uid) = caches
+        .tenant_store
+        .get(&tenant_ref)
+        .and_then(|o| o.metadata.uid.clone())
+    {
+        target.uid = Some(uid);
+    }
+    if group_kind == GroupKind::new("", "Pod") {
+        target.node = str_at(&host_object, "/spec/nodeName")
             .filter(|n| !n.is_empty())
             .map(|n| {
-                let tenant_node = view.tenant_node_name(&n);
+                let tenant_node = ctx.pods.nodes.tenant_node_name(&n);
                 (n, tenant_node)
             });
-        Some(EventTarget {
-            namespace: identity.virtual_namespace,
-            name: identity.name,
-            uid: tenant_uid,
-            host_namespace: namespace.clone(),
-            host_pod: name,
-            node,
-        })
     }
+    Some(target)
+}
 
-    async fn copy_host_event(
-        &self,
-        event: &Event,
-        budget: &WriteBudget,
-    ) -> Result<(), kube::Error> {
-        let Ok(event) = serde_json::to_value(event) else {
-            return Ok(());
-        };
-        if event
-            .pointer("/involvedObject/kind")
-            .and_then(Value::as_str)
-            != Some("Pod")
-        {
-            self.count_host_event("foreign");
-            return Ok(());
-        }
-        let Some(target) = self.event_target(&event).await else {
-            self.count_host_event("foreign");
-            return Ok(());
-        };
-        let resource = kube::api::ApiResource::erase::<Event>(&());
-        let events: Api<DynamicObject> =
-            Api::namespaced_with(self.ctx.tenant.clone(), &target.namespace, &resource);
-        // What the name would be: look at the tenant Event of the same Pod, type,
-        // reason and message.
-        let EventWrite::Create(fresh) = tenant_event(&event, &target, None) else {
-            return Ok(());
-        };
-        let name = str_at(&fresh, "/metadata/name").unwrap_or_default();
-        let existing = events.get_opt(&name).await?;
-        let existing = existing.and_then(|e| serde_json::to_value(e).ok());
-        let write = tenant_event(&event, &target, existing.as_ref());
-        if write == EventWrite::Nothing {
-            return Ok(());
-        }
-        if !budget.try_acquire() {
-            self.count_host_event("rate_limited");
-            return Ok(());
-        }
-        match write {
-            EventWrite::Create(object) => {
-                let Ok(body) = serde_json::from_value::<DynamicObject>(object) else {
-                    return Ok(());
-                };
-                match events.create(&post_params(), &body).await {
-                    Ok(_) => self.count_host_event("copied"),
-                    // Created meanwhile: the next change of the host Event counts it.
-                    Err(kube::Error::Api(status)) if status.code == 409 => {}
-                    Err(err) => return Err(err),
-                }
-            }
-            EventWrite::Bump(patch) => {
-                events
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await?;
-                self.count_host_event("deduplicated");
-            }
-            EventWrite::Nothing => {}
-        }
-        Ok(())
+async fn copy_host_event(
+    ctx: &SyncContext,
+    event: &Event,
+    budget: &WriteBudget,
+) -> Result<(), kube::Error> {
+    let Ok(event) = serde_json::to_value(event) else {
+        return Ok(());
+    };
+    let Some(target) = target_of(ctx, &event).await else {
+        count_host_event(ctx, "foreign");
+        return Ok(());
+    };
+    let resource = ApiResource::erase::<Event>(&());
+    let events: Api<DynamicObject> =
+        Api::namespaced_with(ctx.tenant.clone(), &target.namespace, &resource);
+    // What the name would be: look at the tenant Event of the same object, type,
+    // reason and message.
+    let EventWrite::Create(fresh) = tenant_event(&event, &target, None) else {
+        return Ok(());
+    };
+    let name = str_at(&fresh, "/metadata/name").unwrap_or_default();
+    let existing = events.get_opt(&name).await?;
+    let existing = existing.and_then(|e| serde_json::to_value(e).ok());
+    let write = tenant_event(&event, &target, existing.as_ref());
+    if write == EventWrite::Nothing {
+        return Ok(());
     }
+    if !budget.try_acquire() {
+        count_host_event(ctx, "rate_limited");
+        return Ok(());
+    }
+    match write {
+        EventWrite::Create(object) => {
+            let Ok(body) = serde_json::from_value::<DynamicObject>(object) else {
+                return Ok(());
+            };
+            match events.create(&post_params(), &body).await {
+                Ok(_) => count_host_event(ctx, "copied"),
+                // Created meanwhile: the next change of the host Event counts it.
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(err) => return Err(err),
+            }
+        }
+        EventWrite::Bump(patch) => {
+            events
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+            count_host_event(ctx, "deduplicated");
+        }
+        EventWrite::Nothing => {}
+    }
+    Ok(())
 }

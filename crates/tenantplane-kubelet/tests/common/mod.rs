@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -19,7 +19,7 @@ use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::decisions::DecisionRoutes;
 use tenantplane_engine::metrics::Metrics;
 use tenantplane_kubelet::{KubeletState, ServingCert, SharedRegistry};
-use tenantplane_testenv::{ApiServerOptions, IssuedCert, TestEnv};
+use tenantplane_testenv::{ApiServerOptions, IssuedCert, TestEnv, TestKubelet};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +31,8 @@ pub use harness::*;
 
 pub const POD_KINDS: &[(&str, &str)] = &[("v1", "Pod")];
 pub const KUBELET_SECRET: &str = "dev-kubelet-client";
+/// The host node the TestKubelet plays.
+pub const NODE: &str = "node-a";
 
 pub struct World {
     pub h: Harness,
@@ -160,6 +162,11 @@ impl World {
         https_get(self.endpoint, cert, path).await
     }
 
+    /// `POST path` (no body) on the endpoint presenting `cert`.
+    pub async fn post(&self, cert: Option<&IssuedCert>, path: &str) -> Result<Answer, String> {
+        https_request(self.endpoint, cert, "POST", path).await
+    }
+
     /// Skip decisions of `dev` whose reason names the kubelet endpoint.
     pub async fn kubelet_skips(&self) -> Vec<serde_json::Value> {
         self.h
@@ -174,6 +181,63 @@ impl World {
             })
             .collect()
     }
+}
+
+/// Pod `shop/web`, synced to the host and bound to a host node played by a
+/// TestKubelet; checks the tenant Node it is bound to advertises the endpoint.
+/// Returns the kubelet and the host Pod's name.
+pub async fn web_pod(w: &World) -> (TestKubelet, String) {
+    // The host node, played by a test kubelet the host API server proxies to.
+    let kubelet = TestKubelet::start(&w.h.host_server, NODE).await.unwrap();
+    create(
+        &w.h.tenant,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"containers": [{"name": "app", "image": "busybox"}]}}),
+    )
+    .await;
+    let host_name = predicted("web", "shop", "dev");
+    wait_for(&w.h.host_api("v1", "Pod"), &host_name).await;
+    kubelet
+        .bind_pod(&w.h.host, HOST_NS, &host_name)
+        .await
+        .unwrap();
+    // The engine binds the tenant Pod to the (virtual) tenant Node of that host
+    // node, which advertises tenantplane's kubelet endpoint, not the host's.
+    let tenant_pod = wait_for_that(
+        &w.h.tenant_api("v1", "Pod", "shop"),
+        "web",
+        "bound to a tenant Node and Running",
+        |p| p.data["spec"]["nodeName"].is_string() && p.data["status"]["phase"] == "Running",
+    )
+    .await;
+    let node_name = tenant_pod.data["spec"]["nodeName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(node_name, NODE, "the tenant sees the host node's name");
+    let node = Api::<Node>::all(w.h.tenant.clone())
+        .get(&node_name)
+        .await
+        .unwrap();
+    let status = node.status.unwrap();
+    assert_eq!(
+        status
+            .daemon_endpoints
+            .unwrap()
+            .kubelet_endpoint
+            .unwrap()
+            .port,
+        i32::from(w.endpoint.port())
+    );
+    let addresses: Vec<String> = status
+        .addresses
+        .unwrap()
+        .into_iter()
+        .map(|a| a.address)
+        .collect();
+    assert_eq!(addresses, ["127.0.0.1"]);
+
+    (kubelet, host_name)
 }
 
 pub async fn cert_secret(host: &Client, name: &str, cert_pem: &str) {
@@ -239,11 +303,21 @@ impl ServerCertVerifier for TrustAnything {
     }
 }
 
-/// One `GET` over TLS with `Connection: close`, read to the end (no chunked
-/// bodies are expected on the refusal paths this serves).
+/// One `GET` over TLS; see [`https_request`].
 pub async fn https_get(
     addr: std::net::SocketAddr,
     cert: Option<&IssuedCert>,
+    path: &str,
+) -> Result<Answer, String> {
+    https_request(addr, cert, "GET", path).await
+}
+
+/// One bodiless request over TLS with `Connection: close`, read to the end (no
+/// chunked bodies are expected on the paths this serves).
+pub async fn https_request(
+    addr: std::net::SocketAddr,
+    cert: Option<&IssuedCert>,
+    method: &str,
     path: &str,
 ) -> Result<Answer, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -273,7 +347,9 @@ pub async fn https_get(
         .connect(name, tcp)
         .await
         .map_err(|e| format!("TLS: {e}"))?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
     tls.write_all(request.as_bytes())
         .await
         .map_err(|e| format!("TLS write: {e}"))?;

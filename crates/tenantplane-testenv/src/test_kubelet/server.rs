@@ -93,9 +93,33 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/attach/{ns}/{pod}/{uid}/{container}", any(attach_uid))
         .route("/portForward/{ns}/{pod}", any(port_forward))
         .route("/portForward/{ns}/{pod}/{uid}", any(port_forward_uid))
+        .route("/stats/summary", get(stats_summary))
+        .route("/metrics/resource", get(resource_metrics))
         .fallback(|| async { (StatusCode::NOT_FOUND, "404 page not found\n") })
         .layer(middleware::from_fn_with_state(shared.clone(), record))
         .with_state(shared)
+}
+
+/// The summary a test set ([`super::TestKubelet::set_stats_summary`]), or 404.
+async fn stats_summary(State(shared): State<Arc<Shared>>) -> Response {
+    let summary = shared.stats_summary.lock().ok().and_then(|s| s.clone());
+    match summary {
+        Some(summary) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            summary.to_string(),
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "no stats summary set\n").into_response(),
+    }
+}
+
+/// The Prometheus text a test set ([`super::TestKubelet::set_resource_metrics`]), or 404.
+async fn resource_metrics(State(shared): State<Arc<Shared>>) -> Response {
+    let text = shared.resource_metrics.lock().ok().and_then(|s| s.clone());
+    match text {
+        Some(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+        None => (StatusCode::NOT_FOUND, "no resource metrics set\n").into_response(),
+    }
 }
 
 /// Headers never recorded: credentials.
