@@ -65,6 +65,12 @@ async fn why_names_the_tenant_object_and_its_decisions() {
     let (server, client) = host_with_crds(&env).await;
     let kubeconfig = server.kubeconfig_path();
     let kubeconfig = kubeconfig.to_str().unwrap();
+    // `why` about a team-dev object, with further arguments.
+    let why = |object: &str, more: &[&str]| {
+        let mut args = vec!["why", "--kubeconfig", kubeconfig, "-n", "team-dev", object];
+        args.extend_from_slice(more);
+        tenantplane(&args)
+    };
 
     // A host copy exactly as the engine makes it, and a decision about it.
     let target = TenantTarget::new("dev", "team-dev").unwrap();
@@ -100,7 +106,51 @@ async fn why_names_the_tenant_object_and_its_decisions() {
         "tenant": {"namespace": "shop", "name": "x"}, "host": {"namespace": "team-dev", "name": name},
         "reason": reason, "time": "2026-11-30T10:00:00Z"})
     };
-    let status = json!({"status": {"decisions": [decision(&host_name, "created because the tenant made it"), decision("other", "unrelated")], "retained": 2, "total": 2}});
+    // Its conflict history as the engine keeps it, and another object's.
+    let history = |name: &str, records: serde_json::Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "tenant": {"namespace": "shop", "name": "web"}, "host": {"namespace": "team-dev", "name": name},
+        "records": records})
+    };
+    let conflict = |time: &str, policy: &str, resolution: &str, detail: &str| {
+        json!({"time": time, "fields": ["/data/k"], "policy": policy,
+        "resolution": resolution, "detail": detail})
+    };
+    let conflicts = json!([
+        history(
+            &host_name,
+            json!([
+                conflict(
+                    "2026-11-30T10:01:00Z",
+                    "manual",
+                    "LeftAlone",
+                    "/data/k is \"a\" in the tenant and \"b\" on the host: left alone (manual)"
+                ),
+                conflict(
+                    "2026-11-30T10:02:00Z",
+                    "manual",
+                    "Resolved",
+                    "the tenant and the host agree again"
+                ),
+                conflict(
+                    "2026-11-30T10:03:00Z",
+                    "tenant-wins",
+                    "TenantWon",
+                    "/data/k is \"c\" in the tenant and \"d\" on the host: the tenant's value overwrites the host's"
+                ),
+            ])
+        ),
+        history(
+            "other",
+            json!([conflict(
+                "2026-11-30T10:04:00Z",
+                "host-wins",
+                "HostWon",
+                "unrelated"
+            )])
+        ),
+    ]);
+    let status = json!({"status": {"decisions": [decision(&host_name, "created because the tenant made it"), decision("other", "unrelated")], "retained": 2, "total": 2, "conflicts": conflicts}});
     sds.patch_status(
         "dev",
         &Default::default(),
@@ -109,16 +159,7 @@ async fn why_names_the_tenant_object_and_its_decisions() {
     .await
     .unwrap();
 
-    let out = tenantplane(&[
-        "why",
-        "--kubeconfig",
-        kubeconfig,
-        "-n",
-        "team-dev",
-        &format!("configmap/{host_name}"),
-        "-o",
-        "json",
-    ]);
+    let out = why(&format!("configmap/{host_name}"), &["-o", "json"]);
     assert!(out.status.success(), "{out:?}");
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["managedByTenantplane"], true);
@@ -133,6 +174,34 @@ async fn why_names_the_tenant_object_and_its_decisions() {
         "only decisions about this object: {decisions:?}"
     );
     assert_eq!(decisions[0]["reason"], "created because the tenant made it");
+    let conflicts = answer["conflicts"].as_array().unwrap();
+    let resolutions: Vec<&str> = conflicts
+        .iter()
+        .map(|c| c["resolution"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        resolutions,
+        ["LeftAlone", "Resolved", "TenantWon"],
+        "this object's conflicts, newest last: {conflicts:?}"
+    );
+    assert_eq!(conflicts[2]["policy"], "tenant-wins");
+    assert_eq!(conflicts[2]["fields"], json!(["/data/k"]));
+    assert_eq!(conflicts[2]["time"], "2026-11-30T10:03:00Z");
+    // The default (YAML) answer shows them too.
+    let out = why(&format!("configmap/{host_name}"), &[]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    println!("{text}");
+    assert!(text.contains("conflicts:"), "{text}");
+    assert!(text.contains("resolution: TenantWon"), "{text}");
+    assert!(
+        text.contains("the tenant's value overwrites the host's"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("HostWon"),
+        "another object's conflict: {text}"
+    );
 
     // A host Service shows the selector it actually has on the host.
     let service = json!({"apiVersion": "v1", "kind": "Service",
@@ -157,16 +226,10 @@ async fn why_names_the_tenant_object_and_its_decisions() {
         )
         .await
         .unwrap();
-    let out = tenantplane(&[
-        "why",
-        "--kubeconfig",
-        kubeconfig,
-        "-n",
-        "team-dev",
+    let out = why(
         &format!("svc/{}", placement.host_name.name),
-        "-o",
-        "json",
-    ]);
+        &["-o", "json"],
+    );
     assert!(out.status.success(), "{out:?}");
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
@@ -176,14 +239,7 @@ async fn why_names_the_tenant_object_and_its_decisions() {
 
     // A foreign object gets a plain answer, not an error (asked by short name).
     create_configmap(&client, "team-dev", "theirs").await;
-    let out = tenantplane(&[
-        "why",
-        "--kubeconfig",
-        kubeconfig,
-        "-n",
-        "team-dev",
-        "cm/theirs",
-    ]);
+    let out = why("cm/theirs", &[]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("managedByTenantplane: false"), "{text}");
