@@ -340,12 +340,21 @@ async fn a_bidirectional_custom_resource_sends_spec_down_and_status_up_without_l
     })
     .await;
 
-    // Converged: several drift passes write nothing on either side (no ping-pong).
+    // Converged: several drift passes write nothing on either side (no ping-pong),
+    // and do not even plan: both sides are at the versions of the last quiet pass.
     h.wait_synced("dev").await;
     controller.wait_passes("dev", 1).await;
     let host_before = h.host_server.request_counts().await.unwrap();
     let tenant_before = h.tenant_server.request_counts().await.unwrap();
+    let planned_before = controller.metrics.two_way_passes_of("planned");
+    let unchanged_before = controller.metrics.two_way_passes_of("unchanged");
     controller.wait_passes("dev", 3).await;
+    assert_eq!(
+        controller.metrics.two_way_passes_of("planned"),
+        planned_before,
+        "an unchanged object was planned again"
+    );
+    assert!(controller.metrics.two_way_passes_of("unchanged") > unchanged_before);
     let host_writes = h
         .host_server
         .request_counts()

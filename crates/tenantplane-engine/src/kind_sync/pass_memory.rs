@@ -15,6 +15,7 @@ use tenantplane_core::three_way::{
 };
 
 use super::{Key, KindSyncer};
+use crate::metrics::OutcomeLabels;
 
 /// What a syncer remembers of each bidirectional object between passes.
 #[derive(Debug, Default)]
@@ -103,6 +104,14 @@ impl KindSyncer {
             }
             None => None,
         }
+    }
+
+    pub(super) fn count_two_way_pass(&self, outcome: &'static str) {
+        self.ctx
+            .metrics
+            .two_way_passes
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
     }
 
     /// Sends what [`Self::report_conflict`] deferred, after the writes succeeded.

@@ -81,7 +81,9 @@ impl KindSyncer {
                 .add_after(key.clone(), Duration::from_millis(200));
             return Ok(());
         }
-        if self.passes.quiet(key, tenant, host) {
+        let quiet = self.passes.quiet(key, tenant, host);
+        self.count_two_way_pass(if quiet { "unchanged" } else { "planned" });
+        if quiet {
             self.observe_latency(key);
             return Ok(());
         }
