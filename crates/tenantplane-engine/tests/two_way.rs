@@ -9,12 +9,12 @@ mod harness;
 use std::time::Duration;
 
 use harness::*;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tenantplane_api::{ConflictPolicy, ConflictRecord, ConflictResolution, SyncDecision};
 use tenantplane_core::three_way::history_of;
+use tenantplane_testenv::gadget_crd;
 
 fn resource(api_version: &str, kind: &str, direction: &str) -> Value {
     json!({"apiVersion": api_version, "kind": kind, "direction": direction})
@@ -26,24 +26,6 @@ fn policy_with(name: &str, conflict_policy: &str, resources: Vec<Value>) -> Valu
                     "driftDetection": {"enabled": true, "interval": "2s"},
                     "explain": {"recordDecisions": true, "retain": 200},
                     "resources": resources}})
-}
-
-/// Gadgets: a namespaced custom resource with a status subresource, as an operator's CRD.
-fn gadget_crd() -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "gadgets.example.com"},
-        "spec": {
-            "group": "example.com", "scope": "Namespaced",
-            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]
-        }
-    }))
-    .unwrap()
 }
 
 fn gadgets(client: &Client, ns: &str) -> Api<DynamicObject> {

@@ -20,6 +20,7 @@ pub mod test_kubelet;
 
 pub use assets::Assets;
 pub use certs::{CertError, IssuedCert, TestCa};
+pub use crds::gadget_crd;
 pub use metrics::{RequestCounts, WRITE_VERBS, parse_request_counts};
 pub use node::RealNode;
 pub use server::{ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser};
