@@ -35,8 +35,8 @@ pub use resource_pool::{
     ResourcePoolClaimStatus, ResourcePoolSpec, ResourcePoolStatus,
 };
 pub use sync_decision::{
-    DecisionAction, DecisionRecord, HostTarget, SyncDecision, SyncDecisionSpec, SyncDecisionStatus,
-    TenantObjectRef,
+    ConflictHistory, ConflictRecord, ConflictResolution, DecisionAction, DecisionRecord,
+    HostTarget, SyncDecision, SyncDecisionSpec, SyncDecisionStatus, TenantObjectRef,
 };
 pub use sync_policy::{
     ConflictPolicy, DriftDetection, ExplainOptions, FieldOwner, FieldOwnershipRule, SyncDirection,

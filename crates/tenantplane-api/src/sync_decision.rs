@@ -5,6 +5,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::sync_policy::ConflictPolicy;
+
 /// The latest decisions of one TenantCluster's sync engine, newest last. One per
 /// TenantCluster, with the same name, owned by it.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -48,6 +50,53 @@ pub struct SyncDecisionStatus {
     pub total: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_decision_time: Option<Time>,
+    /// Every bidirectional object that conflicted, with its latest conflicts and
+    /// how they were settled. Kept apart from `decisions` so they outlive
+    /// `explain.retain`; the object least recently in conflict goes first when
+    /// there are more than 100.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<ConflictHistory>,
+}
+
+/// The conflicts of one bidirectional object, oldest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConflictHistory {
+    /// API version of the synced kind, such as `example.com/v1`.
+    pub api_version: String,
+    pub kind: String,
+    pub tenant: TenantObjectRef,
+    pub host: HostTarget,
+    /// The latest conflicts and resolutions, newest last (at most 10).
+    #[serde(default)]
+    pub records: Vec<ConflictRecord>,
+}
+
+/// One conflict of a bidirectional object, or the moment a manual one ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConflictRecord {
+    pub time: Time,
+    /// The field paths (JSON pointers) both sides had changed.
+    pub fields: Vec<String>,
+    /// The SyncPolicy's `conflictPolicy` when it happened.
+    pub policy: ConflictPolicy,
+    pub resolution: ConflictResolution,
+    /// Each side's value, and what was overwritten, in words.
+    pub detail: String,
+}
+
+/// How a conflict ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ConflictResolution {
+    /// `manual`: both sides were left alone; the TenantCluster is `Conflicted`.
+    LeftAlone,
+    /// The tenant's value overwrote the host's.
+    TenantWon,
+    /// The host's value overwrote the tenant's.
+    HostWon,
+    /// A conflict left alone ended: the sides agree again.
+    Resolved,
 }
 
 /// One action of the sync engine, with its reason.

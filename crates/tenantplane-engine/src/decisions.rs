@@ -5,6 +5,9 @@
 //! rate-limited per TenantCluster and a hot object's repeats are folded, so a
 //! busy tenant cannot flood the API server; what is not emitted as an Event is
 //! still in the SyncDecision and counted in a summary Event.
+//!
+//! Two-way conflicts come through the same channel and are merged into the
+//! SyncDecision's per-object conflict history (`status.conflicts`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -18,8 +21,10 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use serde_json::json;
 use tenantplane_api::{
-    DecisionAction, DecisionRecord, HostTarget, SyncDecision, SyncDecisionSpec, TenantObjectRef,
+    ConflictHistory, ConflictRecord, DecisionAction, DecisionRecord, HostTarget, SyncDecision,
+    SyncDecisionSpec, TenantObjectRef,
 };
+use tenantplane_core::three_way::{ConflictedObject, record_conflict};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::metrics::{ActionLabels, Metrics};
@@ -35,10 +40,21 @@ pub struct TenantDecision {
     pub record: DecisionRecord,
 }
 
+/// What the recorder is sent, in the order it happened.
+#[derive(Clone, Debug)]
+pub enum Recorded {
+    Decision(DecisionRecord),
+    /// A two-way pass met a conflict, or a pass found a manual one ended.
+    Conflict {
+        object: ConflictedObject,
+        record: ConflictRecord,
+    },
+}
+
 /// Where the sync engine sends its decisions.
 #[derive(Clone)]
 pub struct DecisionSender {
-    tx: mpsc::UnboundedSender<DecisionRecord>,
+    tx: mpsc::UnboundedSender<Recorded>,
 }
 
 impl DecisionSender {
@@ -62,11 +78,16 @@ impl DecisionSender {
             time: Time(Timestamp::now()),
         };
         // The recorder outlives every engine task; a send after shutdown is dropped.
-        let _ = self.tx.send(record);
+        let _ = self.tx.send(Recorded::Decision(record));
+    }
+
+    /// Adds to `object`'s conflict history (see [`record_conflict`] for what is kept).
+    pub fn send_conflict(&self, object: ConflictedObject, record: ConflictRecord) {
+        let _ = self.tx.send(Recorded::Conflict { object, record });
     }
 
     /// A sender whose decisions go nowhere but the returned receiver (tests).
-    pub fn channel() -> (Self, mpsc::UnboundedReceiver<DecisionRecord>) {
+    pub fn channel() -> (Self, mpsc::UnboundedReceiver<Recorded>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (Self { tx }, rx)
     }
@@ -184,7 +205,7 @@ impl EventBudget {
     }
 }
 
-async fn run_recorder(config: RecorderConfig, mut rx: mpsc::UnboundedReceiver<DecisionRecord>) {
+async fn run_recorder(config: RecorderConfig, mut rx: mpsc::UnboundedReceiver<Recorded>) {
     let reporter = Reporter {
         controller: "tenantplane.io/sync-engine".into(),
         instance: Some(config.instance.clone()),
@@ -210,7 +231,16 @@ async fn run_recorder(config: RecorderConfig, mut rx: mpsc::UnboundedReceiver<De
     loop {
         tokio::select! {
             received = rx.recv() => {
-                let Some(record) = received else { break };
+                let record = match received {
+                    None => break,
+                    Some(Recorded::Decision(record)) => record,
+                    Some(Recorded::Conflict { object, record }) => {
+                        if config.record {
+                            log.conflict(object, record);
+                        }
+                        continue;
+                    }
+                };
                 config.metrics.decisions.get_or_create(&ActionLabels { action: record.action.as_str() }).inc();
                 tracing::info!(
                     tenant = %config.tenant, namespace = %config.namespace,
@@ -305,6 +335,11 @@ struct DecisionLog {
     retain: usize,
     decisions: VecDeque<DecisionRecord>,
     total: u64,
+    /// Per-object conflict histories, as loaded and merged.
+    conflicts: Vec<ConflictHistory>,
+    /// Conflicts received, merged once the stored histories are loaded (a
+    /// `Resolved` record needs the conflict it ends).
+    pending_conflicts: Vec<(ConflictedObject, ConflictRecord)>,
     dirty: bool,
     loaded: bool,
 }
@@ -326,6 +361,8 @@ impl DecisionLog {
             retain: config.retain.max(1),
             decisions: VecDeque::new(),
             total: 0,
+            conflicts: Vec::new(),
+            pending_conflicts: Vec::new(),
             dirty: false,
             loaded: false,
         }
@@ -338,6 +375,10 @@ impl DecisionLog {
             self.decisions.pop_front();
         }
         self.dirty = true;
+    }
+
+    fn conflict(&mut self, object: ConflictedObject, record: ConflictRecord) {
+        self.pending_conflicts.push((object, record));
     }
 
     /// Reads what an earlier run kept, so a restart continues the history.
@@ -355,6 +396,10 @@ impl DecisionLog {
                 }
                 self.decisions = earlier;
                 self.total += status.total;
+                // After a failed write this run's histories are the newer ones.
+                if self.conflicts.is_empty() {
+                    self.conflicts = status.conflicts;
+                }
             }
             None => {
                 let mut sd = SyncDecision::new(
@@ -377,11 +422,20 @@ impl DecisionLog {
     }
 
     async fn flush(&mut self) {
-        if !self.dirty {
+        if !self.dirty && self.pending_conflicts.is_empty() {
             return;
         }
         if let Err(err) = self.load().await {
             tracing::warn!(%err, sync_decision = %self.name, "could not read or create the SyncDecision; will retry");
+            return;
+        }
+        for (object, record) in self.pending_conflicts.drain(..) {
+            // An unchanged repeat changes nothing and costs no write.
+            if record_conflict(&mut self.conflicts, &object, record) {
+                self.dirty = true;
+            }
+        }
+        if !self.dirty {
             return;
         }
         let last = self.decisions.back().map(|d| d.time.clone());
@@ -391,6 +445,7 @@ impl DecisionLog {
                 "retained": self.decisions.len(),
                 "total": self.total,
                 "lastDecisionTime": last,
+                "conflicts": self.conflicts,
             }
         });
         match self

@@ -41,6 +41,7 @@ mod host_events;
 mod ingress;
 mod namespaces;
 mod outage;
+mod pass_memory;
 mod pod;
 mod problems;
 mod service;
@@ -196,6 +197,8 @@ pub struct KindSyncer {
     two_way: Option<TwoWaySettings>,
     /// Versions our own two-way writes replaced, to recognise a lagging cache.
     superseded: two_way::SupersededVersions,
+    /// Per bidirectional object: quiet versions and conflict reporting.
+    passes: pass_memory::PassMemory,
 }
 
 impl KindSyncer {
@@ -248,6 +251,7 @@ impl KindSyncer {
             services: group_kind_is_service.then(service::ServicePath::new),
             two_way,
             superseded: Default::default(),
+            passes: Default::default(),
         });
         ctx.synced.register(host_events::KindCaches {
             kind: tenantplane_core::host_events::SyncedKind {
@@ -618,12 +622,16 @@ impl KindSyncer {
                 }
                 (Some(tenant), None) => self.apply(key, &tenant, None).await,
                 (None, Some(host)) => {
+                    self.passes.forget(key);
                     self.ctx
                         .conflicts
                         .clear(&(self.group_kind.to_string(), key.clone()));
                     self.collect(key, &host_name, &host).await
                 }
-                (None, None) => Ok(()),
+                (None, None) => {
+                    self.passes.forget(key);
+                    Ok(())
+                }
             };
         }
         if self.pods.is_some() {

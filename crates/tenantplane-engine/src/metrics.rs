@@ -66,6 +66,9 @@ pub struct Metrics {
     pub namespace_webhook_up: Gauge,
     /// Host Events seen in TenantCluster namespaces, by what became of them.
     pub host_events: Family<OutcomeLabels, Counter>,
+    /// Two-way passes by outcome: `planned`, or `unchanged` (both sides at the
+    /// versions of the last pass with nothing to write; not planned again).
+    pub two_way_passes: Family<OutcomeLabels, Counter>,
 }
 
 impl Metrics {
@@ -81,6 +84,7 @@ impl Metrics {
             events_suppressed: Counter::default(),
             namespace_webhook_up: Gauge::default(),
             host_events: Family::default(),
+            two_way_passes: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("tenantplane");
         r.register(
@@ -133,12 +137,24 @@ impl Metrics {
             "Host Events in TenantCluster namespaces: copied to a tenant Pod, deduplicated (counted into an existing tenant Event), rate_limited (dropped), foreign (not about a synced Pod; never copied)",
             metrics.host_events.clone(),
         );
+        r.register(
+            "two_way_passes",
+            "Passes over bidirectional objects: planned, or unchanged (both sides as at the last pass with nothing to write; skipped)",
+            metrics.two_way_passes.clone(),
+        );
         metrics
     }
 
     /// Host Events with `outcome` so far.
     pub fn host_events_of(&self, outcome: &'static str) -> u64 {
         self.host_events
+            .get_or_create(&OutcomeLabels { outcome })
+            .get()
+    }
+
+    /// Two-way passes with `outcome` so far.
+    pub fn two_way_passes_of(&self, outcome: &'static str) -> u64 {
+        self.two_way_passes
             .get_or_create(&OutcomeLabels { outcome })
             .get()
     }

@@ -9,10 +9,12 @@ mod harness;
 use std::time::Duration;
 
 use harness::*;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+use tenantplane_api::{ConflictPolicy, ConflictRecord, ConflictResolution, SyncDecision};
+use tenantplane_core::three_way::history_of;
+use tenantplane_testenv::gadget_crd;
 
 fn resource(api_version: &str, kind: &str, direction: &str) -> Value {
     json!({"apiVersion": api_version, "kind": kind, "direction": direction})
@@ -24,24 +26,6 @@ fn policy_with(name: &str, conflict_policy: &str, resources: Vec<Value>) -> Valu
                     "driftDetection": {"enabled": true, "interval": "2s"},
                     "explain": {"recordDecisions": true, "retain": 200},
                     "resources": resources}})
-}
-
-/// Gadgets: a namespaced custom resource with a status subresource, as an operator's CRD.
-fn gadget_crd() -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "gadgets.example.com"},
-        "spec": {
-            "group": "example.com", "scope": "Namespaced",
-            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]
-        }
-    }))
-    .unwrap()
 }
 
 fn gadgets(client: &Client, ns: &str) -> Api<DynamicObject> {
@@ -338,12 +322,21 @@ async fn a_bidirectional_custom_resource_sends_spec_down_and_status_up_without_l
     })
     .await;
 
-    // Converged: several drift passes write nothing on either side (no ping-pong).
+    // Converged: several drift passes write nothing on either side (no ping-pong),
+    // and do not even plan: both sides are at the versions of the last quiet pass.
     h.wait_synced("dev").await;
     controller.wait_passes("dev", 1).await;
     let host_before = h.host_server.request_counts().await.unwrap();
     let tenant_before = h.tenant_server.request_counts().await.unwrap();
+    let planned_before = controller.metrics.two_way_passes_of("planned");
+    let unchanged_before = controller.metrics.two_way_passes_of("unchanged");
     controller.wait_passes("dev", 3).await;
+    assert_eq!(
+        controller.metrics.two_way_passes_of("planned"),
+        planned_before,
+        "an unchanged object was planned again"
+    );
+    assert!(controller.metrics.two_way_passes_of("unchanged") > unchanged_before);
     let host_writes = h
         .host_server
         .request_counts()
@@ -367,6 +360,29 @@ async fn a_bidirectional_custom_resource_sends_spec_down_and_status_up_without_l
     tenant.delete("g1", &Default::default()).await.unwrap();
     wait_gone(&host, &host_name).await;
     controller.stop().await;
+}
+
+/// The conflict history of the host Gadget `host_name` in SyncDecision `dev`,
+/// selected as `tenantplane why` selects it.
+async fn conflict_history(h: &Harness, host_name: &str) -> Vec<ConflictRecord> {
+    let status = Api::<SyncDecision>::namespaced(h.host.clone(), HOST_NS)
+        .get_opt("dev")
+        .await
+        .unwrap()
+        .and_then(|sd| sd.status)
+        .unwrap_or_default();
+    history_of(&status.conflicts, "Gadget", host_name)
+        .map(|history| history.records.clone())
+        .unwrap_or_default()
+}
+
+/// Waits until the history has `n` records and returns them.
+async fn wait_history(h: &Harness, host_name: &str, n: usize) -> Vec<ConflictRecord> {
+    eventually(&format!("{n} conflict records for {host_name}"), || async {
+        let records = conflict_history(h, host_name).await;
+        (records.len() >= n).then_some(records)
+    })
+    .await
 }
 
 /// Edits both sides while no controller runs, so both changed since the base.
@@ -428,10 +444,23 @@ async fn conflicts_are_left_alone_under_manual_and_settled_under_tenant_wins() {
             .contains("/spec/size is 3 in the tenant and 4 on the host"),
         "{skip}"
     );
-    // Both sides keep their value over drift passes.
+    // The history keeps the conflict with both values.
+    let history = wait_history(&h, &host_name, 1).await;
+    assert_eq!(history[0].resolution, ConflictResolution::LeftAlone);
+    assert_eq!(history[0].policy, ConflictPolicy::Manual);
+    assert_eq!(history[0].fields, ["/spec/size"]);
+    assert!(
+        history[0]
+            .detail
+            .contains("/spec/size is 3 in the tenant and 4 on the host"),
+        "{history:?}"
+    );
+    // Both sides keep their value over drift passes, and the repeats of the same
+    // conflict add nothing to the history.
     controller.wait_passes("dev", 2).await;
     assert_eq!(tenant.get("g1").await.unwrap().data["spec"]["size"], 3);
     assert_eq!(host.get(&host_name).await.unwrap().data["spec"]["size"], 4);
+    assert_eq!(conflict_history(&h, &host_name).await, history);
 
     // The tenant gives way: agreement again, the condition clears.
     set_spec(&tenant, "g1", 4).await;
@@ -443,6 +472,9 @@ async fn conflicts_are_left_alone_under_manual_and_settled_under_tenant_wins() {
         Duration::from_secs(30),
     )
     .await;
+    let history = wait_history(&h, &host_name, 2).await;
+    assert_eq!(history[1].resolution, ConflictResolution::Resolved);
+    assert_eq!(history[1].fields, ["/spec/size"]);
 
     // Under tenant-wins (a policy change restarts the engine, not the controller)
     // the tenant's value overwrites the host's, and the decision names what it overwrote.
@@ -484,6 +516,28 @@ async fn conflicts_are_left_alone_under_manual_and_settled_under_tenant_wins() {
         "{update}"
     );
     assert_eq!(tenant.get("g1").await.unwrap().data["spec"]["size"], 7);
+    // The history has all three, newest last; the clean passes since add nothing.
+    let history = wait_history(&h, &host_name, 3).await;
+    controller.wait_passes("dev", 2).await;
+    assert_eq!(conflict_history(&h, &host_name).await, history);
+    let outcomes: Vec<_> = history.iter().map(|r| (r.resolution, r.policy)).collect();
+    assert_eq!(
+        outcomes,
+        [
+            (ConflictResolution::LeftAlone, ConflictPolicy::Manual),
+            (ConflictResolution::Resolved, ConflictPolicy::Manual),
+            (ConflictResolution::TenantWon, ConflictPolicy::TenantWins),
+        ]
+    );
+    assert!(
+        history[2]
+            .detail
+            .contains("/spec/size is 7 in the tenant and 8 on the host: the tenant's value overwrites the host's"),
+        "{history:?}"
+    );
+    assert!(history[0].time.0 <= history[1].time.0 && history[1].time.0 <= history[2].time.0);
+    // What `tenantplane why` prints for the object (kept for the README's example).
+    println!("{}", serde_json::to_string_pretty(&history).unwrap());
     controller.stop().await;
 }
 

@@ -1,8 +1,12 @@
-//! Installing CustomResourceDefinitions and waiting until they are served.
+//! Installing CustomResourceDefinitions and waiting until they are served, and an
+//! example operator CRD for tests of custom-resource sync.
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, CustomResourceDefinitionVersion, CustomResourceSubresourceStatus,
+    CustomResourceSubresources, CustomResourceValidation, JSONSchemaProps,
+};
 use kube::Api;
 use kube::api::PostParams;
 
@@ -54,4 +58,46 @@ impl ApiServer {
         }
         Ok(())
     }
+}
+
+/// `gadgets.example.com`: a namespaced custom resource with a status subresource
+/// and free-form spec and status, as an operator's CRD (two-way sync tests).
+pub fn gadget_crd() -> CustomResourceDefinition {
+    let free_form = JSONSchemaProps {
+        type_: Some("object".into()),
+        x_kubernetes_preserve_unknown_fields: Some(true),
+        ..Default::default()
+    };
+    let schema = JSONSchemaProps {
+        type_: Some("object".into()),
+        properties: Some(
+            [
+                ("spec".to_owned(), free_form.clone()),
+                ("status".to_owned(), free_form),
+            ]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    let mut crd = CustomResourceDefinition::default();
+    crd.metadata.name = Some("gadgets.example.com".into());
+    crd.spec.group = "example.com".into();
+    crd.spec.scope = "Namespaced".into();
+    crd.spec.names.plural = "gadgets".into();
+    crd.spec.names.singular = Some("gadget".into());
+    crd.spec.names.kind = "Gadget".into();
+    crd.spec.versions = vec![CustomResourceDefinitionVersion {
+        name: "v1".into(),
+        served: true,
+        storage: true,
+        subresources: Some(CustomResourceSubresources {
+            status: Some(CustomResourceSubresourceStatus(serde_json::json!({}))),
+            ..Default::default()
+        }),
+        schema: Some(CustomResourceValidation {
+            open_api_v3_schema: Some(schema),
+        }),
+        ..Default::default()
+    }];
+    crd
 }

@@ -21,6 +21,7 @@ pub mod test_kubelet;
 
 pub use assets::Assets;
 pub use certs::{CertError, IssuedCert, TestCa};
+pub use crds::gadget_crd;
 pub use kubectl::kubectl;
 pub use metrics::{RequestCounts, WRITE_VERBS, parse_request_counts};
 pub use node::RealNode;

@@ -1,5 +1,6 @@
 //! `tenantplane why -n NAMESPACE KIND/NAME`: who caused a host object and why it
-//! exists, from its reverse-mapping metadata and the decisions recorded about it.
+//! exists, from its reverse-mapping metadata and the decisions recorded about it,
+//! and for a bidirectional object its conflict history.
 
 use std::collections::BTreeMap;
 
@@ -8,10 +9,11 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::discovery::{Discovery, Scope};
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
-use tenantplane_api::{DecisionRecord, SyncDecision};
+use tenantplane_api::{ConflictRecord, DecisionRecord, SyncDecision};
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::selectors::host_selectors;
+use tenantplane_core::three_way::history_of;
 
 use crate::kube_client;
 use crate::output::{self, Format};
@@ -49,6 +51,9 @@ struct Answer {
     selectors: BTreeMap<String, serde_json::Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     decisions: Vec<DecisionRecord>,
+    /// A bidirectional object's latest conflicts and how each ended, newest last.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    conflicts: Vec<ConflictRecord>,
 }
 
 #[derive(Debug, Serialize)]
@@ -187,18 +192,22 @@ async fn answer(
                 reason: Some(format!("not managed by tenantplane: {why}")),
                 selectors,
                 decisions: Vec::new(),
+                conflicts: Vec::new(),
             });
         }
     };
     let decisions: Api<SyncDecision> = Api::namespaced(client.clone(), namespace);
-    let recorded = decisions
+    let status = decisions
         .get_opt(&identity.tenant)
         .await
         .with_context(|| format!("reading SyncDecision {namespace}/{}", identity.tenant))?
         .and_then(|sd| sd.status)
-        .map(|status| status.decisions)
         .unwrap_or_default();
-    let mut about: Vec<DecisionRecord> = recorded
+    let conflicts = history_of(&status.conflicts, &resource.kind, name)
+        .map(|history| history.records.clone())
+        .unwrap_or_default();
+    let mut about: Vec<DecisionRecord> = status
+        .decisions
         .into_iter()
         .filter(|d| d.host.name == name && d.kind == resource.kind)
         .collect();
@@ -217,5 +226,6 @@ async fn answer(
         reason: None,
         selectors,
         decisions: about,
+        conflicts,
     })
 }

@@ -14,13 +14,28 @@ use kube::{Api, Client};
 use serde_json::json;
 use tenantplane_core::kinds::{GroupKind, Scope};
 use tenantplane_core::transform::{TenantTarget, to_host};
-use tenantplane_testenv::{ApiServer, TestEnv};
+use tenantplane_testenv::{ApiServer, TestEnv, gadget_crd};
 
 fn tenantplane(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tenantplane"))
         .args(args)
         .output()
         .expect("run tenantplane")
+}
+
+/// `tenantplane why` about a team-dev object, with further arguments.
+fn why(server: &ApiServer, object: &str, more: &[&str]) -> std::process::Output {
+    let kubeconfig = server.kubeconfig_path();
+    let mut args = vec![
+        "why",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "-n",
+        "team-dev",
+        object,
+    ];
+    args.extend_from_slice(more);
+    tenantplane(&args)
 }
 
 async fn namespace(client: &Client, name: &str) {
@@ -100,7 +115,51 @@ async fn why_names_the_tenant_object_and_its_decisions() {
         "tenant": {"namespace": "shop", "name": "x"}, "host": {"namespace": "team-dev", "name": name},
         "reason": reason, "time": "2026-11-30T10:00:00Z"})
     };
-    let status = json!({"status": {"decisions": [decision(&host_name, "created because the tenant made it"), decision("other", "unrelated")], "retained": 2, "total": 2}});
+    // Its conflict history as the engine keeps it, and another object's.
+    let history = |name: &str, records: serde_json::Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "tenant": {"namespace": "shop", "name": "web"}, "host": {"namespace": "team-dev", "name": name},
+        "records": records})
+    };
+    let conflict = |time: &str, policy: &str, resolution: &str, detail: &str| {
+        json!({"time": time, "fields": ["/data/k"], "policy": policy,
+        "resolution": resolution, "detail": detail})
+    };
+    let conflicts = json!([
+        history(
+            &host_name,
+            json!([
+                conflict(
+                    "2026-11-30T10:01:00Z",
+                    "manual",
+                    "LeftAlone",
+                    "/data/k is \"a\" in the tenant and \"b\" on the host: left alone (manual)"
+                ),
+                conflict(
+                    "2026-11-30T10:02:00Z",
+                    "manual",
+                    "Resolved",
+                    "the tenant and the host agree again"
+                ),
+                conflict(
+                    "2026-11-30T10:03:00Z",
+                    "tenant-wins",
+                    "TenantWon",
+                    "/data/k is \"c\" in the tenant and \"d\" on the host: the tenant's value overwrites the host's"
+                ),
+            ])
+        ),
+        history(
+            "other",
+            json!([conflict(
+                "2026-11-30T10:04:00Z",
+                "host-wins",
+                "HostWon",
+                "unrelated"
+            )])
+        ),
+    ]);
+    let status = json!({"status": {"decisions": [decision(&host_name, "created because the tenant made it"), decision("other", "unrelated")], "retained": 2, "total": 2, "conflicts": conflicts}});
     sds.patch_status(
         "dev",
         &Default::default(),
@@ -109,16 +168,7 @@ async fn why_names_the_tenant_object_and_its_decisions() {
     .await
     .unwrap();
 
-    let out = tenantplane(&[
-        "why",
-        "--kubeconfig",
-        kubeconfig,
-        "-n",
-        "team-dev",
-        &format!("configmap/{host_name}"),
-        "-o",
-        "json",
-    ]);
+    let out = why(&server, &format!("configmap/{host_name}"), &["-o", "json"]);
     assert!(out.status.success(), "{out:?}");
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["managedByTenantplane"], true);
@@ -133,6 +183,34 @@ async fn why_names_the_tenant_object_and_its_decisions() {
         "only decisions about this object: {decisions:?}"
     );
     assert_eq!(decisions[0]["reason"], "created because the tenant made it");
+    let conflicts = answer["conflicts"].as_array().unwrap();
+    let resolutions: Vec<&str> = conflicts
+        .iter()
+        .map(|c| c["resolution"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        resolutions,
+        ["LeftAlone", "Resolved", "TenantWon"],
+        "this object's conflicts, newest last: {conflicts:?}"
+    );
+    assert_eq!(conflicts[2]["policy"], "tenant-wins");
+    assert_eq!(conflicts[2]["fields"], json!(["/data/k"]));
+    assert_eq!(conflicts[2]["time"], "2026-11-30T10:03:00Z");
+    // The default (YAML) answer shows them too.
+    let out = why(&server, &format!("configmap/{host_name}"), &[]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    println!("{text}");
+    assert!(text.contains("conflicts:"), "{text}");
+    assert!(text.contains("resolution: TenantWon"), "{text}");
+    assert!(
+        text.contains("the tenant's value overwrites the host's"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("HostWon"),
+        "another object's conflict: {text}"
+    );
 
     // A host Service shows the selector it actually has on the host.
     let service = json!({"apiVersion": "v1", "kind": "Service",
@@ -157,16 +235,11 @@ async fn why_names_the_tenant_object_and_its_decisions() {
         )
         .await
         .unwrap();
-    let out = tenantplane(&[
-        "why",
-        "--kubeconfig",
-        kubeconfig,
-        "-n",
-        "team-dev",
+    let out = why(
+        &server,
         &format!("svc/{}", placement.host_name.name),
-        "-o",
-        "json",
-    ]);
+        &["-o", "json"],
+    );
     assert!(out.status.success(), "{out:?}");
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
@@ -176,14 +249,7 @@ async fn why_names_the_tenant_object_and_its_decisions() {
 
     // A foreign object gets a plain answer, not an error (asked by short name).
     create_configmap(&client, "team-dev", "theirs").await;
-    let out = tenantplane(&[
-        "why",
-        "--kubeconfig",
-        kubeconfig,
-        "-n",
-        "team-dev",
-        "cm/theirs",
-    ]);
+    let out = why(&server, "cm/theirs", &[]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("managedByTenantplane: false"), "{text}");
@@ -239,16 +305,13 @@ async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     ))
 }
 
-#[tokio::test]
-async fn the_controller_command_syncs_serves_metrics_and_stops_on_sigterm() {
-    let env = TestEnv::start().await.unwrap();
-    let (host_server, host) = host_with_crds(&env).await;
-    let tenant_server = env.start_apiserver("tenant").await.unwrap();
-    let tenant = tenant_server.client().await.unwrap();
+/// IsolationProfile `restricted`, SyncPolicy `default` with `policy_spec`, and
+/// TenantCluster team-dev/dev attached to `tenant_server`.
+async fn attach_dev(host: &Client, tenant_server: &ApiServer, policy_spec: serde_json::Value) {
     for object in [
         json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile", "metadata": {"name": "restricted"}, "spec": {"level": "restricted"}}),
         json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "SyncPolicy", "metadata": {"name": "default"},
-               "spec": {"resources": [{"apiVersion": "v1", "kind": "ConfigMap"}]}}),
+               "spec": policy_spec}),
     ] {
         let kind = object["kind"].as_str().unwrap();
         let plural = if kind == "SyncPolicy" {
@@ -256,14 +319,7 @@ async fn the_controller_command_syncs_serves_metrics_and_stops_on_sigterm() {
         } else {
             "isolationprofiles"
         };
-        let resource = kube::api::ApiResource {
-            group: "tenantplane.io".into(),
-            version: "v1alpha1".into(),
-            api_version: "tenantplane.io/v1alpha1".into(),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
-        Api::<DynamicObject>::all_with(host.clone(), &resource)
+        Api::<DynamicObject>::all_with(host.clone(), &tenantplane_resource(kind, plural))
             .create(
                 &PostParams::default(),
                 &serde_json::from_value(object).unwrap(),
@@ -296,10 +352,21 @@ async fn the_controller_command_syncs_serves_metrics_and_stops_on_sigterm() {
         .create(&PostParams::default(), &serde_json::from_value(tc).unwrap())
         .await
         .unwrap();
-    create_configmap(&tenant, "default", "hello").await;
+}
 
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+fn tenantplane_resource(kind: &str, plural: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource {
+        group: "tenantplane.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "tenantplane.io/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// `tenantplane controller` against the host, serving metrics on `port`.
+fn spawn_controller(host_server: &ApiServer, port: u16) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tenantplane"))
         .args([
             "controller",
             "--kubeconfig",
@@ -312,7 +379,42 @@ async fn the_controller_command_syncs_serves_metrics_and_stops_on_sigterm() {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Sends SIGTERM and waits (at most 20 s) for the exit.
+async fn sigterm(mut child: std::process::Child) -> std::process::ExitStatus {
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    eventually_within("an exit after SIGTERM", Duration::from_secs(20), || {
+        let exited = child.try_wait().unwrap();
+        async move { exited }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_controller_command_syncs_serves_metrics_and_stops_on_sigterm() {
+    let env = TestEnv::start().await.unwrap();
+    let (host_server, host) = host_with_crds(&env).await;
+    let tenant_server = env.start_apiserver("tenant").await.unwrap();
+    let tenant = tenant_server.client().await.unwrap();
+    attach_dev(
+        &host,
+        &tenant_server,
+        json!({"resources": [{"apiVersion": "v1", "kind": "ConfigMap"}]}),
+    )
+    .await;
+    create_configmap(&tenant, "default", "hello").await;
+
+    let port = free_port();
+    let mut child = spawn_controller(&host_server, port);
     let start = Instant::now();
     let host_cms: Api<ConfigMap> = Api::namespaced(host.clone(), "team-dev");
     loop {
@@ -353,25 +455,7 @@ async fn the_controller_command_syncs_serves_metrics_and_stops_on_sigterm() {
     }
 
     // SIGTERM: a clean, prompt exit.
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no exit after SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = sigterm(child).await;
     assert!(status.success(), "{status:?}");
 }
 
@@ -589,4 +673,183 @@ fn up_with_a_real_node_serves_tenant_services_by_dns_name_and_restores_the_machi
     assert!(!std::path::Path::new("/sys/class/net/rncni0").exists());
     assert!(!std::path::Path::new(tenantplane_testenv::node::NODE_DIR).exists());
     assert!(!std::path::Path::new("/sys/fs/cgroup/memory/kubepods").exists());
+}
+
+/// Polls `check` every 50 ms for at most 30 s.
+async fn eventually<T, Fut: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    check: impl FnMut() -> Fut,
+) -> T {
+    eventually_within(what, Duration::from_secs(30), check).await
+}
+
+/// Polls `check` every 50 ms for at most `deadline`.
+async fn eventually_within<T, Fut: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    deadline: Duration,
+    mut check: impl FnMut() -> Fut,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(start.elapsed() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn why_shows_the_conflicts_the_controller_recorded() {
+    let env = TestEnv::start().await.unwrap();
+    let (host_server, host) = host_with_crds(&env).await;
+    let tenant_server = env.start_apiserver("tenant").await.unwrap();
+    let tenant = tenant_server.client().await.unwrap();
+    host_server.install_crds(vec![gadget_crd()]).await.unwrap();
+    tenant_server
+        .install_crds(vec![gadget_crd()])
+        .await
+        .unwrap();
+    let policy_spec = |conflict_policy: &str| {
+        json!({"conflictPolicy": conflict_policy,
+               "driftDetection": {"enabled": true, "interval": "2s"},
+               "explain": {"recordDecisions": true, "retain": 200},
+               "resources": [{"apiVersion": "example.com/v1", "kind": "Gadget", "direction": "bidirectional"}]})
+    };
+    attach_dev(&host, &tenant_server, policy_spec("manual")).await;
+    let gadgets = |client: &Client, ns: &str| {
+        Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            ns,
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "example.com",
+                "v1",
+                "Gadget",
+            )),
+        )
+    };
+    let tenant_gadgets = gadgets(&tenant, "default");
+    let host_gadgets = gadgets(&host, "team-dev");
+    tenant_gadgets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+                "metadata": {"name": "g1", "namespace": "default"}, "spec": {"size": 1}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut controller = spawn_controller(&host_server, free_port());
+    let host_name = eventually("the Gadget's host copy with its sync base", || async {
+        let list = host_gadgets.list(&Default::default()).await.ok()?;
+        let copy = list.items.into_iter().next()?;
+        copy.metadata
+            .annotations
+            .as_ref()?
+            .contains_key("tenantplane.io/sync-base")
+            .then(|| copy.metadata.name.clone())?
+    })
+    .await;
+    assert!(
+        controller.try_wait().unwrap().is_none(),
+        "the controller exited"
+    );
+
+    // Both sides change the size while no controller runs: a conflict on restart.
+    let set_size = |api: Api<DynamicObject>, name: String, size: i64| async move {
+        api.patch(
+            &name,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"size": size}})),
+        )
+        .await
+        .unwrap();
+    };
+    let conflicting_edits = |tenant_size: i64, host_size: i64| {
+        let (t, h, name) = (
+            tenant_gadgets.clone(),
+            host_gadgets.clone(),
+            host_name.clone(),
+        );
+        async move {
+            set_size(t, "g1".into(), tenant_size).await;
+            set_size(h, name, host_size).await;
+        }
+    };
+    assert!(sigterm(controller).await.success());
+    conflicting_edits(3, 4).await;
+    controller = spawn_controller(&host_server, free_port());
+    let sds: Api<tenantplane_api::SyncDecision> = Api::namespaced(host.clone(), "team-dev");
+    let records = |n: usize| {
+        let sds = sds.clone();
+        async move {
+            let status = sds.get_opt("dev").await.ok()??.status?;
+            let history = status.conflicts.into_iter().next()?;
+            (history.records.len() >= n).then_some(history.records)
+        }
+    };
+    eventually("the manual conflict in the SyncDecision", || records(1)).await;
+    // The tenant gives way: the conflict is resolved.
+    set_size(tenant_gadgets.clone(), "g1".into(), 4).await;
+    eventually("the resolution in the SyncDecision", || records(2)).await;
+
+    // Under tenant-wins the tenant's value overwrites the host's.
+    Api::<DynamicObject>::all_with(
+        host.clone(),
+        &tenantplane_resource("SyncPolicy", "syncpolicies"),
+    )
+    .patch(
+        "default",
+        &Default::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"conflictPolicy": "tenant-wins"}})),
+    )
+    .await
+    .unwrap();
+    assert!(sigterm(controller).await.success());
+    conflicting_edits(7, 8).await;
+    controller = spawn_controller(&host_server, free_port());
+    eventually("the tenant-wins conflict in the SyncDecision", || {
+        records(3)
+    })
+    .await;
+
+    let out = why(
+        &host_server,
+        &format!("gadget/{host_name}"),
+        &["-o", "json"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown: Vec<(&str, &str)> = answer["conflicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["resolution"].as_str().unwrap(),
+                c["policy"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("LeftAlone", "manual"),
+            ("Resolved", "manual"),
+            ("TenantWon", "tenant-wins")
+        ],
+        "{answer}"
+    );
+    let out = why(&host_server, &format!("gadget/{host_name}"), &[]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    println!("{text}");
+    assert!(
+        text.contains("/spec/size is 3 in the tenant and 4 on the host: left alone (manual)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("/spec/size is 7 in the tenant and 8 on the host: the tenant's value overwrites the host's"),
+        "{text}"
+    );
+    assert!(sigterm(controller).await.success());
 }

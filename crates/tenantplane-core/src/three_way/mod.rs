@@ -18,8 +18,10 @@
 
 mod explain;
 mod fields;
+mod history;
 #[cfg(test)]
 mod tests;
+mod versions;
 
 use std::collections::BTreeSet;
 
@@ -29,6 +31,11 @@ use tenantplane_api::sync_policy::ConflictPolicy;
 
 pub use explain::{DirectionPlan, every_direction, summary};
 pub use fields::{FieldOwnership, Fields, Side, escape, flatten, set_field, unflatten};
+pub use history::{
+    ConflictedObject, MAX_CONFLICT_RECORDS, MAX_CONFLICTED_OBJECTS, MAX_DETAIL_CHARS,
+    conflict_record, history_of, record_conflict, resolved_record,
+};
+pub use versions::{SyncVersions, resource_version};
 
 /// Why a field is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

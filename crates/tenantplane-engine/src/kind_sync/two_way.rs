@@ -5,6 +5,10 @@
 //! The base lives in the host copy's `tenantplane.io/sync-base` annotation, so it
 //! survives restarts and moves with the object. Existence stays the tenant's: a
 //! deleted tenant object deletes its copy (GC), a deleted copy is created again.
+//!
+//! Conflicts, and the end of a conflict left alone, go to the SyncDecision's
+//! conflict history. A pass that finds both sides at the resourceVersions of the
+//! last pass with nothing to write is skipped without planning.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -15,7 +19,8 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 use tenantplane_api::{ConflictPolicy, DecisionAction};
 use tenantplane_core::three_way::{
-    self, FieldOwnership, FieldWrite, Side, ThreeWayPlan, encode_base, split_status, stored_base,
+    self, FieldOwnership, FieldWrite, Side, SyncVersions, ThreeWayPlan, encode_base,
+    resource_version as version, split_status, stored_base,
 };
 
 use super::{Key, KindSyncer, SyncError, post_params};
@@ -50,12 +55,6 @@ impl SupersededVersions {
     }
 }
 
-fn version(object: &Value) -> Option<&str> {
-    object
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-}
-
 impl KindSyncer {
     /// One two-way pass over a tenant object and its host copy.
     pub(super) async fn sync_two_way(
@@ -80,6 +79,12 @@ impl KindSyncer {
             // Our last write has not reached the cache yet: its event brings the key back.
             self.queue
                 .add_after(key.clone(), Duration::from_millis(200));
+            return Ok(());
+        }
+        let quiet = self.passes.quiet(key, tenant, host);
+        self.count_two_way_pass(if quiet { "unchanged" } else { "planned" });
+        if quiet {
+            self.observe_latency(key);
             return Ok(());
         }
         let base = match stored_base(host) {
@@ -111,6 +116,7 @@ impl KindSyncer {
             }
         };
         let kind = self.group_kind.to_string();
+        let settled = self.report_conflict(key, uid.clone(), host_name, &plan, settings.policy);
         let unresolved: Vec<String> = plan.unresolved().map(|c| c.path.clone()).collect();
         if unresolved.is_empty() {
             self.ctx.conflicts.clear(&(kind.clone(), key.clone()));
@@ -149,9 +155,9 @@ impl KindSyncer {
                 describe(&plan, Side::Tenant, settings.policy),
             );
         }
-        if !plan.host_writes.is_empty()
-            || three_way::stored_base_text(host) != Some(base_text.as_str())
-        {
+        let host_write = !plan.host_writes.is_empty()
+            || three_way::stored_base_text(host) != Some(base_text.as_str());
+        if host_write {
             self.write_side(Side::Host, key, host, &plan.host_writes, Some(&base_text))
                 .await?;
             if !plan.host_writes.is_empty() {
@@ -164,6 +170,12 @@ impl KindSyncer {
                 );
             }
         }
+        if let Some((object, record)) = settled {
+            self.report_settled(key, object, record);
+        }
+        let quiet = !host_write && plan.tenant_writes.is_empty();
+        self.passes
+            .set_quiet(key, quiet.then(|| SyncVersions::of(tenant, host)).flatten());
         self.observe_latency(key);
         Ok(())
     }
