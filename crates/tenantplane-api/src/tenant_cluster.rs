@@ -83,6 +83,11 @@ pub struct Nodes {
     /// How host nodes appear in the tenant; `virtual` (the default) reveals least.
     #[serde(default)]
     pub mode: NodeMode,
+    /// Show each tenant Node's CPU and memory capacity and allocatable at most at the
+    /// TenantCluster's `resources`, so the tenant's schedulers and dashboards see
+    /// what it may use rather than the host node's size. Off by default.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cap_resources: bool,
 }
 
 /// How host nodes appear in the tenant. In every mode a tenant Node carries only

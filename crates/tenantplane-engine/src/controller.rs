@@ -570,6 +570,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                                 mode: tc.spec.nodes.mode,
                                 salt: tc.uid().unwrap_or_default(),
                                 kubelet_endpoint: ctx.config.kubelet_endpoint.clone(),
+                                caps: node_caps(&tc.spec),
                             },
                         },
                         from_host_secrets: resolved.profile.spec.controls.from_host_secrets.clone(),
@@ -858,6 +859,18 @@ async fn delete_matching(
         }
     }
     Ok(deleted)
+}
+
+/// What the TenantCluster's Nodes show at most: its `resources`, when
+/// `spec.nodes.capResources` asks for it.
+fn node_caps(spec: &tenantplane_api::TenantClusterSpec) -> tenantplane_core::pods::NodeCaps {
+    match (&spec.resources, spec.nodes.cap_resources) {
+        (Some(resources), true) => tenantplane_core::pods::NodeCaps {
+            cpu: resources.cpu.as_ref().map(|q| q.0.clone()),
+            memory: resources.memory.as_ref().map(|q| q.0.clone()),
+        },
+        _ => tenantplane_core::pods::NodeCaps::default(),
+    }
 }
 
 #[cfg(test)]

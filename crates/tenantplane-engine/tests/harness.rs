@@ -345,6 +345,7 @@ impl Harness {
             mode,
             salt: tc.metadata.uid.unwrap(),
             kubelet_endpoint: None,
+            caps: Default::default(),
         }
         .tenant_node_name(host)
     }

@@ -23,12 +23,24 @@ const HOST_NODE_IP: &str = "10.99.7.42";
 /// Harness with policy `pods` and TenantCluster `dev` in node mode `mode`, tenant
 /// namespace `shop`; the controller advertises `endpoint`.
 async fn start(mode: &str, endpoint: Option<KubeletEndpoint>) -> (Harness, Controller) {
+    start_with_nodes(json!({"mode": mode}), None, endpoint).await
+}
+
+/// [`start`] with the TenantCluster's `spec.nodes` and `spec.resources`.
+async fn start_with_nodes(
+    nodes: Value,
+    resources: Option<Value>,
+    endpoint: Option<KubeletEndpoint>,
+) -> (Harness, Controller) {
     let h = Harness::start().await;
     create(&h.host, policy("pods", POD_KINDS, "2s")).await;
     create_namespace(&h.tenant, "shop").await;
     let controller = Controller::start_with(&h.host, None, endpoint).await;
     let mut tc = tenant_cluster("dev", HOST_NS, "fast", "pods", "dev-kubeconfig");
-    tc["spec"]["nodes"] = json!({"mode": mode});
+    tc["spec"]["nodes"] = nodes;
+    if let Some(resources) = resources {
+        tc["spec"]["resources"] = resources;
+    }
     create(&h.host, tc).await;
     (h, controller)
 }
@@ -134,7 +146,13 @@ async fn delete_pod(h: &Harness, name: &str) {
 #[tokio::test]
 async fn a_virtual_node_shows_nothing_of_the_host_outside_the_allow_list_and_goes_with_its_last_pod()
  {
-    let (h, controller) = start("virtual", None).await;
+    // Capped at the TenantCluster's resources: CPU below the host's, memory above.
+    let (h, controller) = start_with_nodes(
+        json!({"mode": "virtual", "capResources": true}),
+        Some(json!({"cpu": "2", "memory": "16Gi"})),
+        None,
+    )
+    .await;
     host_node(&h.host, HOST_NODE, HOST_NODE_IP, true).await;
     create(&h.tenant, pod("web", app())).await;
     let host_pods = h.host_api("v1", "Pod");
@@ -158,7 +176,7 @@ async fn a_virtual_node_shows_nothing_of_the_host_outside_the_allow_list_and_goe
     assert_eq!(running.data["status"]["podIP"], "10.244.7.9");
 
     let node = wait_for_that(&tenant_nodes(&h), &name, "status", |n| {
-        n.data["status"]["capacity"]["cpu"] == "4"
+        n.data["status"]["capacity"]["cpu"] == "2"
     })
     .await;
     let labels = node.metadata.labels.clone().unwrap();
@@ -196,6 +214,8 @@ async fn a_virtual_node_shows_nothing_of_the_host_outside_the_allow_list_and_goe
     assert!(status.get("addresses").is_none(), "{status}");
     assert_eq!(status["daemonEndpoints"]["kubeletEndpoint"]["Port"], 0);
     assert_eq!(status["allocatable"]["memory"], "7Gi");
+    assert_eq!(status["allocatable"]["cpu"], "2");
+    assert_eq!(status["capacity"]["memory"], "8Gi");
     assert_eq!(status["conditions"][0]["type"], "Ready");
     assert_eq!(status["conditions"][0]["status"], "True");
     assert_eq!(status["nodeInfo"]["kubeletVersion"], "v1.20.2");

@@ -169,6 +169,7 @@ async fn node_target(
         mode: tc.spec.nodes.mode,
         salt: tc.metadata.uid.clone().unwrap_or_default(),
         kubelet_endpoint: None,
+        caps: Default::default(),
     };
     let mut by_node = synced_pods(host, tenant_cluster).await?;
     let choice = choose_node(&view, by_node.keys().map(String::as_str), forwarded_uri);

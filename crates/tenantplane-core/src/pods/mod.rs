@@ -20,5 +20,5 @@ pub use host_pod::{
     HostPod, HostPodContext, HostPodError, TenantApiEndpoint, TokenProjection, to_host_pod,
 };
 pub use isolation::{PodControls, PodRefusal, check_pod, check_service};
-pub use node::{KubeletEndpoint, NodeView};
+pub use node::{KubeletEndpoint, NodeCaps, NodeView};
 pub use refs::{Dependency, DependencyKind, PodReference, dependencies, pod_references};

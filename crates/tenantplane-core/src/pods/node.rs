@@ -36,6 +36,42 @@ pub struct NodeView {
     pub salt: String,
     /// `None`: no address and kubelet port 0 (never the host node's).
     pub kubelet_endpoint: Option<KubeletEndpoint>,
+    /// Caps on the capacity and allocatable shown (`spec.nodes.capResources`).
+    pub caps: NodeCaps,
+}
+
+/// Quantities a tenant Node shows at most, per resource (`cpu`, `memory`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeCaps {
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+}
+
+impl NodeCaps {
+    /// `figures` (a capacity or allocatable map) with each capped resource at most
+    /// its cap. A host figure that does not parse shows the cap; one the host does
+    /// not report stays absent.
+    pub fn apply(&self, figures: &Value) -> Value {
+        let mut figures = figures.clone();
+        let Some(map) = figures.as_object_mut() else {
+            return figures;
+        };
+        for (resource, cap) in [("cpu", &self.cpu), ("memory", &self.memory)] {
+            let Some(cap) = cap else { continue };
+            let Some(cap_nanos) = crate::quantity::exact_nanos(cap) else {
+                continue;
+            };
+            // Only what the host reports is shown (capped), never a figure it lacks.
+            let Some(host) = map.get(resource) else {
+                continue;
+            };
+            let host = host.as_str().and_then(crate::quantity::exact_nanos);
+            if host.is_none_or(|h| h > cap_nanos) {
+                map.insert(resource.to_owned(), Value::String(cap.clone()));
+            }
+        }
+        figures
+    }
 }
 
 /// Host node labels a tenant Node may carry (plus `kubernetes.io/hostname`, set to
@@ -130,7 +166,12 @@ impl NodeView {
                 .and_then(|s| s.get(field))
                 .filter(|v| !v.is_null())
             {
-                status.insert(field.into(), v.clone());
+                let shown = if field == "conditions" {
+                    v.clone()
+                } else {
+                    self.caps.apply(v)
+                };
+                status.insert(field.into(), shown);
             }
         }
         let host_info = host_status.and_then(|s| s.get("nodeInfo"));

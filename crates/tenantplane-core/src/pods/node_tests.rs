@@ -25,6 +25,7 @@ fn view(mode: NodeMode) -> NodeView {
         mode,
         salt: "tc-uid-1".into(),
         kubelet_endpoint: None,
+        caps: Default::default(),
     }
 }
 
@@ -233,4 +234,45 @@ fn pinning_adds_the_node_to_every_term() {
     );
     let mut none = json!("not a pod");
     pin_to_host_node(&mut none, "h1");
+}
+
+#[test]
+fn caps_lower_what_the_host_reports_and_never_add_a_figure() {
+    let capped = NodeView {
+        caps: NodeCaps {
+            cpu: Some("2".into()),
+            memory: Some("16Gi".into()),
+        },
+        ..view(NodeMode::Virtual)
+    };
+    let host = json!({
+        "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "allocatable": {"cpu": "3900m", "memory": "7Gi", "pods": "110"},
+    });
+    let status = capped.node_status(Some(&host));
+    // Above the cap: the cap; below it: the host's figure; other resources as they are.
+    assert_eq!(
+        status["capacity"],
+        json!({"cpu": "2", "memory": "8Gi", "pods": "110"})
+    );
+    assert_eq!(
+        status["allocatable"],
+        json!({"cpu": "2", "memory": "7Gi", "pods": "110"})
+    );
+    // Exactly at the cap, in another unit: the host's figure stays.
+    let at_cap = json!({"capacity": {"cpu": "2000m"}});
+    assert_eq!(
+        capped.node_status(Some(&at_cap))["capacity"],
+        json!({"cpu": "2000m"})
+    );
+    // A figure that does not parse shows the cap; a missing one stays missing.
+    let odd = json!({"capacity": {"cpu": "lots"}});
+    assert_eq!(
+        capped.node_status(Some(&odd))["capacity"],
+        json!({"cpu": "2"})
+    );
+    // Without caps, the host's figures.
+    let plain = view(NodeMode::Virtual).node_status(Some(&host));
+    assert_eq!(plain["capacity"], host["capacity"]);
+    assert_eq!(plain["allocatable"], host["allocatable"]);
 }

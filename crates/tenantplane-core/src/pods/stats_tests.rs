@@ -142,6 +142,7 @@ fn the_node_a_call_is_about_is_the_proxied_one_or_the_only_one() {
         mode: NodeMode::Virtual,
         salt: "tc-uid".into(),
         kubelet_endpoint: None,
+        caps: Default::default(),
     };
     let one = view.tenant_node_name("rack-1");
     let uri = |node: &str| format!("/api/v1/nodes/{node}/proxy/stats/summary");
