@@ -146,7 +146,7 @@ impl Engine {
                 Ok(two_way) => {
                     match resolve(&host, &tenant, &resource.api_version, &resource.kind).await {
                         Ok((group_kind, tenant_resource, host_resource)) => {
-                            ctx.synced.expect(group_kind.clone());
+                            ctx.synced.starting(group_kind.clone());
                             let progress = Arc::new(KindProgress::default());
                             tasks.spawn(KindSyncer::run(
                                 Arc::clone(&ctx),

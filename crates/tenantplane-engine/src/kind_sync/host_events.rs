@@ -64,7 +64,7 @@ struct SyncedKindsInner {
 impl SyncedKinds {
     /// Notes that a syncer for `group_kind` is starting: Events about it wait for
     /// its caches instead of being dropped as foreign.
-    pub fn expect(&self, group_kind: GroupKind) {
+    pub fn starting(&self, group_kind: GroupKind) {
         self.inner
             .expected
             .lock()
