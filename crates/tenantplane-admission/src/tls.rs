@@ -12,7 +12,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
 
 use crate::Error;
 
@@ -20,7 +20,7 @@ use crate::Error;
 pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
 
 /// The provider is explicit, so the config never depends on a process default.
-fn provider() -> Arc<CryptoProvider> {
+pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -44,13 +44,8 @@ fn certified_key(
         what: "private key",
         source,
     })?;
-    let signing_key = provider
-        .key_provider
-        .load_private_key(key)
-        .map_err(Error::Tls)?;
-    let certified = CertifiedKey::new(certs, signing_key);
-    certified.keys_match().map_err(Error::Tls)?;
-    Ok(certified)
+    // Also checks that the key is the certificate's.
+    CertifiedKey::from_der(certs, key, provider).map_err(Error::Tls)
 }
 
 fn config_with(
@@ -66,21 +61,11 @@ fn config_with(
     Ok(Arc::new(config))
 }
 
-/// A fixed certificate.
-#[derive(Debug)]
-struct FixedCertificate(Arc<CertifiedKey>);
-
-impl ResolvesServerCert for FixedCertificate {
-    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(Arc::clone(&self.0))
-    }
-}
-
 /// A server config serving the certificate and key given as PEM text.
 pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, Error> {
     let provider = provider();
     let key = certified_key(cert_pem, key_pem, &provider)?;
-    config_with(provider, Arc::new(FixedCertificate(Arc::new(key))))
+    config_with(provider, Arc::new(SingleCertAndKey::from(key)))
 }
 
 /// A server config serving the certificate in `cert` and `key`, re-read when their

@@ -17,7 +17,7 @@ use tenantplane_admission::tls::RELOAD_CHECK;
 use tenantplane_admission::{
     WebhookClient, serve, tls_config, tls_config_from_files, webhook_configuration,
 };
-use tenantplane_testenv::TestEnv;
+use tenantplane_testenv::{TestEnv, tls_handshake};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(100);
@@ -279,31 +279,6 @@ async fn the_api_server_consults_the_webhook_and_fails_closed_only_for_tenantpla
     assert!(tcs.get_opt("prod").await.unwrap().is_none());
 }
 
-/// A fresh TLS handshake with the webhook, trusting only `ca_pem`.
-async fn handshake(port: u16, ca_pem: &str) -> Result<(), String> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .map_err(|e| e.to_string())?;
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    connector
-        .connect(name, tcp)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-
 /// The dry-run create of an invalid TenantCluster: the API server's error message.
 async fn dry_run_message(tcs: &Api<DynamicObject>, object: &DynamicObject) -> String {
     let dry_run = PostParams {
@@ -413,15 +388,15 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
     // A broken file (a rotation half done) keeps the last good certificate: new
     // handshakes (the API server may reuse its connection) past the reload check
     // still get the rotated one.
-    assert!(handshake(port, &rotated_ca.cert_pem()).await.is_ok());
+    assert!(tls_handshake(port, &rotated_ca.cert_pem()).await.is_ok());
     std::fs::write(&cert_file, "not a certificate").unwrap();
     let start = Instant::now();
     while start.elapsed() < RELOAD_CHECK * 3 {
-        let answer = handshake(port, &rotated_ca.cert_pem()).await;
+        let answer = tls_handshake(port, &rotated_ca.cert_pem()).await;
         assert!(answer.is_ok(), "{answer:?}");
         tokio::time::sleep(POLL).await;
     }
-    assert!(handshake(port, &env.ca().cert_pem()).await.is_err());
+    assert!(tls_handshake(port, &env.ca().cert_pem()).await.is_err());
     let message = dry_run_message(&tcs, &invalid).await;
     assert!(message.contains(DENIED_BY), "{message}");
     stop.send(()).unwrap();

@@ -27,7 +27,7 @@ pub mod tls;
 
 pub use registry::{KubeletRegistry, SharedRegistry, TenantClusterKey};
 pub use server::{KubeletState, router, serve};
-pub use tls::{ServingCert, server_config};
+pub use tls::{ServingCert, server_config, server_config_with};
 
 /// The Secret key holding the client certificate a tenant API server presents.
 pub const CLIENT_CERT_KEY: &str = "tls.crt";

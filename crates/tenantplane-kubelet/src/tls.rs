@@ -10,7 +10,9 @@ use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::ResolvesServerCert;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 
 /// Why the TLS configuration could not be built.
@@ -24,11 +26,6 @@ pub enum TlsError {
     Tls(#[from] rustls::Error),
     #[error("could not generate a serving certificate: {0}")]
     Generate(#[from] rcgen::Error),
-    #[error("could not read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
 }
 
 /// Accepts any client certificate chain whose leaf signed the handshake.
@@ -122,19 +119,6 @@ impl ServingCert {
             key_pem: generated.signing_key.serialize_pem(),
         })
     }
-
-    pub fn from_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Self, TlsError> {
-        let read = |path: &std::path::Path| {
-            std::fs::read_to_string(path).map_err(|source| TlsError::Read {
-                path: path.display().to_string(),
-                source,
-            })
-        };
-        Ok(Self {
-            cert_pem: read(cert)?,
-            key_pem: read(key)?,
-        })
-    }
 }
 
 /// The server configuration: ring, TLS 1.2 and 1.3, HTTP/1.1 (upgrades need it),
@@ -155,11 +139,21 @@ pub fn server_config(serving: &ServingCert) -> Result<Arc<ServerConfig>, TlsErro
             message: e.to_string(),
         })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certified = CertifiedKey::from_der(certs, key, &provider)?;
+    server_config_with(provider, Arc::new(SingleCertAndKey::from(certified)))
+}
+
+/// [`server_config`] with the serving certificate chosen by `resolver` (such as
+/// one that picks up rotated certificate files), made for `provider`.
+pub fn server_config_with(
+    provider: Arc<CryptoProvider>,
+    resolver: Arc<dyn ResolvesServerCert>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let verifier = Arc::new(AnyClientCert::new(&provider));
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)?;
+        .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

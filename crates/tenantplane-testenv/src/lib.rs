@@ -18,6 +18,7 @@ pub mod node;
 mod process;
 mod server;
 pub mod test_kubelet;
+mod tls_probe;
 
 pub use assets::Assets;
 pub use certs::{CertError, IssuedCert, TestCa};
@@ -27,6 +28,7 @@ pub use metrics::{RequestCounts, WRITE_VERBS, parse_request_counts};
 pub use node::RealNode;
 pub use server::{ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser};
 pub use test_kubelet::{RecordedRequest, TestKubelet, TestKubeletOptions};
+pub use tls_probe::tls_handshake;
 
 /// Everything that can go wrong starting or talking to the test control plane.
 #[derive(Debug, thiserror::Error)]

@@ -4,8 +4,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use std::sync::Arc;
+
 use anyhow::Context;
 use kube::Client;
+use tenantplane_admission::tls::ReloadingCertificate;
 use tenantplane_engine::decisions::DecisionRoutes;
 use tenantplane_kubelet::{KubeletState, ServingCert, SharedRegistry, feeder};
 use tokio_util::sync::CancellationToken;
@@ -46,11 +49,20 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> anyhow::Result<Endpoint> {
     let advertise_address = advertise_address.unwrap_or_else(|| listen.ip().to_string());
-    let serving = match tls {
-        Some((cert, key)) => ServingCert::from_files(&cert, &key)?,
-        None => ServingCert::generate(std::slice::from_ref(&advertise_address))?,
+    let config = match tls {
+        // Files (cert-manager's Secret): a rotated certificate is served without a restart.
+        Some((cert, key)) => {
+            let provider = tenantplane_admission::tls::provider();
+            let resolver = ReloadingCertificate::load(&cert, &key, Arc::clone(&provider))
+                .with_context(|| {
+                    format!("kubelet endpoint: serving certificate {}", cert.display())
+                })?;
+            tenantplane_kubelet::server_config_with(provider, Arc::new(resolver))?
+        }
+        None => tenantplane_kubelet::server_config(&ServingCert::generate(std::slice::from_ref(
+            &advertise_address,
+        ))?)?,
     };
-    let config = tenantplane_kubelet::server_config(&serving)?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("kubelet endpoint: listening on {listen}"))?;
@@ -76,4 +88,59 @@ pub async fn start(
         server,
         feeder,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    // Tests assert by panicking.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::time::{Duration, Instant};
+
+    use tenantplane_testenv::{TestCa, TestEnv, tls_handshake};
+
+    use super::*;
+
+    /// The endpoint serves certificate files as they are now: a rotation (another CA)
+    /// is picked up without a restart.
+    #[tokio::test]
+    async fn the_endpoint_serves_a_rotated_certificate_without_a_restart() {
+        let env = TestEnv::start().await.expect("etcd");
+        let server = env.start_apiserver("host").await.expect("apiserver");
+        let host = server.client().await.expect("client");
+        let dir = env.root().join("kubelet-tls");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let first = env.ca().issue(&["127.0.0.1"]).unwrap();
+        std::fs::write(&cert, &first.cert_pem).unwrap();
+        std::fs::write(&key, &first.key_pem).unwrap();
+        let shutdown = CancellationToken::new();
+        let endpoint = start(
+            host,
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            None,
+            Some((cert.clone(), key.clone())),
+            DecisionRoutes::new(),
+            shutdown.clone(),
+        )
+        .await
+        .expect("kubelet endpoint");
+        let port = endpoint.address.port();
+        assert_eq!(tls_handshake(port, &env.ca().cert_pem()).await, Ok(()));
+
+        let rotated_ca = TestCa::new("rotated").unwrap();
+        let second = rotated_ca.issue(&["127.0.0.1"]).unwrap();
+        std::fs::write(&key, &second.key_pem).unwrap();
+        std::fs::write(&cert, &second.cert_pem).unwrap();
+        let start = Instant::now();
+        while tls_handshake(port, &rotated_ca.cert_pem()).await.is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the rotated certificate was not served"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(tls_handshake(port, &env.ca().cert_pem()).await.is_err());
+        shutdown.cancel();
+    }
 }
