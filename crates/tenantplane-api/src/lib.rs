@@ -48,9 +48,10 @@ pub use tenant::{
     TenantOwner, TenantSpec, TenantState, TenantStatus,
 };
 pub use tenant_cluster::{
-    ClusterMode, ControlPlane, Datastore, EgressPolicy, Expose, ExternalControlPlane, LoadBalancer,
-    Migration, Networking, NodeMode, Nodes, ResourceLimits, Storage, SyncedResource, TenantCluster,
-    TenantClusterPhase, TenantClusterSpec, TenantClusterStatus,
+    ClusterMode, ControlPlane, ControlPlaneImages, Datastore, Distro, EgressPolicy, Expose,
+    ExternalControlPlane, LoadBalancer, Migration, Networking, NodeMode, Nodes, ResourceLimits,
+    Storage, SyncedResource, TenantCluster, TenantClusterPhase, TenantClusterSpec,
+    TenantClusterStatus,
 };
 
 /// The API group of every tenantplane resource.

@@ -147,14 +147,67 @@ impl ClusterMode {
     }
 }
 
+/// The Kubernetes distribution a provisioned control plane runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Distro {
+    /// One k3s server (API server, controllers and SQLite in one process).
+    #[default]
+    K3s,
+    /// Upstream kube-apiserver, kube-controller-manager and etcd, one container each
+    /// in one Pod.
+    K8s,
+}
+
+impl Distro {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Distro::K3s => "k3s",
+            Distro::K8s => "k8s",
+        }
+    }
+}
+
+/// Images of a provisioned control plane. Each one left out is the default for
+/// `spec.kubernetesVersion`; one given replaces it as is (keep it at that version).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneImages {
+    /// The k3s server (distro `k3s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k3s: Option<String>,
+    /// kube-apiserver (distro `k8s`); the binary is found on the image's PATH.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_server: Option<String>,
+    /// kube-controller-manager (distro `k8s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller_manager: Option<String>,
+    /// etcd (distro `k8s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<String>,
+}
+
+impl ControlPlaneImages {
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
 /// The tenant control plane.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ControlPlane {
-    /// Control-plane replicas (a k3s server with SQLite runs exactly one).
+    /// Control-plane replicas (one k3s server with SQLite, or one etcd member, runs
+    /// exactly one).
     #[serde(default = "default_replicas")]
     #[schemars(range(min = 1, max = 1))]
     pub replicas: i32,
+    /// The distribution provisioned when `external` is absent.
+    #[serde(default)]
+    pub distro: Distro,
+    /// Image overrides for the distribution's components.
+    #[serde(default, skip_serializing_if = "ControlPlaneImages::is_empty")]
+    pub images: ControlPlaneImages,
     #[serde(default)]
     pub datastore: Datastore,
     #[serde(default)]
@@ -174,6 +227,8 @@ impl Default for ControlPlane {
     fn default() -> Self {
         Self {
             replicas: default_replicas(),
+            distro: Distro::default(),
+            images: ControlPlaneImages::default(),
             datastore: Datastore::default(),
             storage: Storage::default(),
             expose: Expose::default(),

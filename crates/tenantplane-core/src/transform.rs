@@ -334,6 +334,7 @@ fn to_host_with(
     host.insert("metadata".into(), Value::Object(host_meta));
     strip_reserved_from_templates(&mut host);
     strip_kind_specific(group_kind, &mut host);
+    detach_service_account_token(group_kind, &mut host);
     let mut host = Value::Object(host);
     let selector_scope = SelectorScope {
         tenant: &target.tenant,
@@ -396,6 +397,38 @@ fn strip_reserved_from_templates(host: &mut Map<String, Value>) {
         for field in ["labels", "annotations"] {
             if let Some(map) = meta.get_mut(field).and_then(Value::as_object_mut) {
                 map.retain(|key, _| !is_reserved_key(key));
+            }
+        }
+    }
+}
+
+/// The type of a Secret the token controller fills and owns.
+const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
+/// The annotations tying such a Secret to its ServiceAccount.
+const SERVICE_ACCOUNT_ANNOTATIONS: [&str; 2] = [
+    "kubernetes.io/service-account.name",
+    "kubernetes.io/service-account.uid",
+];
+
+/// A tenant's legacy ServiceAccount token Secret (what a Pod mounts before bound
+/// tokens) crosses as an `Opaque` Secret with the same data, without the annotations
+/// naming the account: on the host that type and those annotations would name a
+/// host ServiceAccount, and the host's token controller deletes a token Secret whose
+/// account it does not find (or refills one it does with a host token). The token
+/// inside is the tenant API server's, for the tenant API server.
+fn detach_service_account_token(group_kind: &GroupKind, host: &mut Map<String, Value>) {
+    if group_kind.group.is_empty()
+        && group_kind.kind == "Secret"
+        && host.get("type").and_then(Value::as_str) == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
+    {
+        host.insert("type".into(), Value::String("Opaque".into()));
+        if let Some(annotations) = host
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut("annotations"))
+            .and_then(Value::as_object_mut)
+        {
+            for key in SERVICE_ACCOUNT_ANNOTATIONS {
+                annotations.remove(key);
             }
         }
     }
@@ -539,6 +572,43 @@ mod tests {
         assert!(host.get("status").is_none());
         let (_, host) = to_host(&dev(), &gk, Scope::Namespaced, &svc("None")).unwrap();
         assert_eq!(host["spec"]["clusterIP"], "None");
+    }
+
+    #[test]
+    fn a_service_account_token_secret_crosses_as_opaque_with_its_data() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": "default-token-abcde", "namespace": "default", "uid": "u1",
+                         "annotations": {"kubernetes.io/service-account.name": "default",
+                                         "kubernetes.io/service-account.uid": "sa-uid", "team": "x"}},
+            "data": {"token": "dG9r", "ca.crt": "Y2E=", "namespace": "ZGVmYXVsdA=="}});
+        let (_, host) = to_host(
+            &dev(),
+            &GroupKind::new("", "Secret"),
+            Scope::Namespaced,
+            &secret,
+        )
+        .unwrap();
+        assert_eq!(host["type"], "Opaque");
+        assert_eq!(host["data"], secret["data"]);
+        let annotations = host["metadata"]["annotations"].as_object().unwrap();
+        assert!(!annotations.contains_key("kubernetes.io/service-account.name"));
+        assert!(!annotations.contains_key("kubernetes.io/service-account.uid"));
+        assert_eq!(annotations["team"], "x");
+        // Any other type crosses as it is.
+        let mut tls = secret.clone();
+        tls["type"] = json!("kubernetes.io/tls");
+        let (_, host) = to_host(
+            &dev(),
+            &GroupKind::new("", "Secret"),
+            Scope::Namespaced,
+            &tls,
+        )
+        .unwrap();
+        assert_eq!(host["type"], "kubernetes.io/tls");
+        assert_eq!(
+            host["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+            "default"
+        );
     }
 
     #[test]

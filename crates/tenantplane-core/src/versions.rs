@@ -1,4 +1,5 @@
-//! The Kubernetes versions a TenantCluster may ask for, and the k3s image that runs each.
+//! The Kubernetes versions a TenantCluster may ask for, and the images that run each
+//! (k3s, or upstream kube-apiserver, kube-controller-manager and etcd for distro k8s).
 //!
 //! `spec.kubernetesVersion` pins a minor version (`v1.31`); tenantplane picks the
 //! patch release, so a security fix is a change to this table, not to every tenant.
@@ -12,6 +13,33 @@ pub struct SupportedVersion {
     pub version: &'static str,
     /// The k3s server image for this minor version.
     pub k3s_image: &'static str,
+    /// The etcd image (distro `k8s`): the etcd release kubeadm pairs with this minor.
+    pub etcd_image: &'static str,
+}
+
+impl SupportedVersion {
+    /// The patch release, `v1.MINOR.PATCH`: the one the k3s image carries, so
+    /// both distributions run the same Kubernetes.
+    pub fn patch_release(&self) -> &'static str {
+        let tag = self
+            .k3s_image
+            .rsplit_once(':')
+            .map_or(self.k3s_image, |(_, tag)| tag);
+        tag.split_once('-').map_or(tag, |(release, _)| release)
+    }
+
+    /// The upstream kube-apiserver image (distro `k8s`).
+    pub fn api_server_image(&self) -> String {
+        format!("registry.k8s.io/kube-apiserver:{}", self.patch_release())
+    }
+
+    /// The upstream kube-controller-manager image (distro `k8s`).
+    pub fn controller_manager_image(&self) -> String {
+        format!(
+            "registry.k8s.io/kube-controller-manager:{}",
+            self.patch_release()
+        )
+    }
 }
 
 /// Oldest first. The tags follow k3s' image scheme (`vX.Y.Z+k3s1` is published as
@@ -23,26 +51,32 @@ pub const SUPPORTED_VERSIONS: &[SupportedVersion] = &[
     SupportedVersion {
         version: "v1.28",
         k3s_image: "rancher/k3s:v1.28.15-k3s1",
+        etcd_image: "registry.k8s.io/etcd:3.5.15-0",
     },
     SupportedVersion {
         version: "v1.29",
         k3s_image: "rancher/k3s:v1.29.15-k3s1",
+        etcd_image: "registry.k8s.io/etcd:3.5.16-0",
     },
     SupportedVersion {
         version: "v1.30",
         k3s_image: "rancher/k3s:v1.30.10-k3s1",
+        etcd_image: "registry.k8s.io/etcd:3.5.15-0",
     },
     SupportedVersion {
         version: "v1.31",
         k3s_image: "rancher/k3s:v1.31.9-k3s1",
+        etcd_image: "registry.k8s.io/etcd:3.5.15-0",
     },
     SupportedVersion {
         version: "v1.32",
         k3s_image: "rancher/k3s:v1.32.5-k3s1",
+        etcd_image: "registry.k8s.io/etcd:3.5.16-0",
     },
     SupportedVersion {
         version: "v1.33",
         k3s_image: "rancher/k3s:v1.33.4-k3s1",
+        etcd_image: "registry.k8s.io/etcd:3.5.21-0",
     },
 ];
 
@@ -134,6 +168,23 @@ mod tests {
             assert!(tag.starts_with(&format!("{}.", v.version)), "{tag}");
             assert!(tag.ends_with("-k3s1"), "{tag}");
             assert!(!tag.contains('+'), "{tag}");
+            // The k8s distribution runs the same patch release as the k3s image.
+            let release = v.patch_release();
+            assert!(tag.starts_with(&format!("{release}-")), "{tag} {release}");
+            assert_eq!(release.matches('.').count(), 2, "{release}");
+            assert_eq!(
+                v.api_server_image(),
+                format!("registry.k8s.io/kube-apiserver:{release}")
+            );
+            assert_eq!(
+                v.controller_manager_image(),
+                format!("registry.k8s.io/kube-controller-manager:{release}")
+            );
+            assert!(
+                v.etcd_image.starts_with("registry.k8s.io/etcd:3.5."),
+                "{}",
+                v.etcd_image
+            );
         }
     }
 

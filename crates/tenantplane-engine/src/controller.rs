@@ -334,7 +334,11 @@ async fn resolve(
             kubeconfig_secret,
             endpoint,
             external_endpoint,
-        } => (kubeconfig_secret, Some((endpoint, external_endpoint))),
+            service_url,
+        } => (
+            kubeconfig_secret,
+            Some((endpoint, external_endpoint, service_url)),
+        ),
         ControlPlaneState::Provisioning { message } => {
             let blocker = Blocker {
                 reason: "Provisioning",
@@ -383,13 +387,23 @@ async fn resolve(
         Ok(k) => k,
         Err(e) => return Ok(invalid(yaml_failure(&e))),
     };
-    let config =
+    let mut config =
         match kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await
         {
             Ok(c) => c,
             Err(e) => return Ok(invalid(e.to_string())),
         };
-    let cluster_url = config.cluster_url.to_string();
+    let mut cluster_url = config.cluster_url.to_string();
+    // A provisioned control plane is dialled at its Service's address, presenting
+    // the Service's DNS name for TLS: no cluster DNS needed (see `service_url`).
+    if let Some((endpoint, _, Some(service_url))) = &endpoints
+        && let Ok(uri) = service_url.parse::<http::Uri>()
+    {
+        config.cluster_url = uri;
+        config.tls_server_name = Some(crate::provision::in_cluster_host(&tc.name_any(), namespace));
+        cluster_url = format!("{endpoint} (dialled at its Service address {service_url})");
+    }
+    let config_url = config.cluster_url.to_string();
     let tenant = match Client::try_from(config) {
         Ok(c) => c,
         Err(e) => return Ok(invalid(e.to_string())),
@@ -409,7 +423,10 @@ async fn resolve(
             Blocker::new("TenantUnreachable", message),
         ));
     }
-    let (endpoint, external_endpoint) = endpoints.unwrap_or((cluster_url, None));
+    let (endpoint, external_endpoint) = match endpoints {
+        Some((endpoint, external_endpoint, _)) => (endpoint, external_endpoint),
+        None => (config_url, None),
+    };
     Ok(Resolution {
         isolation,
         outcome: Ok(Resolved {

@@ -1,6 +1,6 @@
 //! The TenantCluster lifecycle against a real API server: the isolation boundary
-//! (apply, no-op, drift, profile change, foreign objects) and the provisioned k3s
-//! control plane (objects, readiness with the test playing the kubelet, kubeconfig,
+//! (apply, no-op, drift, profile change, foreign objects) and the provisioned
+//! control plane in both distros (objects, readiness with the test playing the kubelet, kubeconfig,
 //! refusals, cleanup with kube-controller-manager's namespace controller).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -281,6 +281,7 @@ fn ready_state(state: &ControlPlaneState) -> (&str, &str, Option<&str>) {
             kubeconfig_secret,
             endpoint,
             external_endpoint,
+            ..
         } => (
             kubeconfig_secret.name.as_str(),
             endpoint.as_str(),
@@ -449,9 +450,15 @@ async fn a_control_plane_is_provisioned_becomes_ready_and_is_cleaned_up() {
     let token = String::from_utf8(data["admin-token"].0.clone()).unwrap();
     assert!(text.contains(&format!("token: {token}")));
     let tokens_csv = String::from_utf8(data["tokens.csv"].0.clone()).unwrap();
+    // The admin, and the controller manager of distro k8s (default RBAC's user).
+    let manager_token = String::from_utf8(data["controller-manager-token"].0.clone()).unwrap();
+    assert_ne!(manager_token, token);
     assert_eq!(
         tokens_csv,
-        format!("{token},tenantplane-admin,tenantplane-admin,\"system:masters\"\n")
+        format!(
+            "{token},tenantplane-admin,tenantplane-admin,\"system:masters\"\n\
+             {manager_token},system:kube-controller-manager,system:kube-controller-manager\n"
+        )
     );
     assert_eq!(token.len(), 64);
 
@@ -623,5 +630,140 @@ async fn unsupported_versions_and_foreign_objects_are_refused_with_what_to_chang
     assert!(
         services.get_opt("web-cp").await.unwrap().is_some(),
         "theirs stays"
+    );
+}
+
+/// Distro `k8s` without a node: three containers from the overridden images, a
+/// serving Secret issued for the Service's names and re-issued (only) when
+/// `extraSANs` change, no write when nothing changed, and a distro switch refused
+/// with nothing touched.
+#[tokio::test]
+async fn the_k8s_distro_issues_its_serving_certificate_and_refuses_a_distro_switch() {
+    let (_env, server, host) = server().await;
+    let mut tc = create_tc(
+        &host,
+        "dev",
+        json!({"controlPlane": {"distro": "k8s", "images": {"apiServer": "local/k:1", "etcd": "local/e:1"}}}),
+    )
+    .await;
+    let state = ensure_control_plane(&host, &tc).await.unwrap();
+    assert!(
+        matches!(&state, ControlPlaneState::Provisioning { message } if message.contains("k8s control plane")),
+        "{state:?}"
+    );
+    let sts: StatefulSet = Api::namespaced(host.clone(), CP_NS)
+        .get("dev-cp")
+        .await
+        .unwrap();
+    let pod = sts.spec.clone().unwrap().template.spec.unwrap();
+    let images: Vec<(&str, &str)> = pod
+        .containers
+        .iter()
+        .map(|c| (c.name.as_str(), c.image.as_deref().unwrap()))
+        .collect();
+    // The controller manager's image was not overridden: the version's default.
+    assert_eq!(
+        images,
+        [
+            ("etcd", "local/e:1"),
+            ("kube-apiserver", "local/k:1"),
+            (
+                "kube-controller-manager",
+                "registry.k8s.io/kube-controller-manager:v1.31.9"
+            ),
+        ]
+    );
+    let secrets: Api<Secret> = Api::namespaced(host.clone(), CP_NS);
+    let serving = secrets.get("dev-cp-serving").await.unwrap();
+    assert_eq!(serving.type_.as_deref(), Some("kubernetes.io/tls"));
+    let names = serving.annotations()["tenantplane.io/serving-names"].clone();
+    for name in [
+        "dev-cp.team-dev-cp.svc",
+        "kubernetes.default.svc",
+        "127.0.0.1",
+        "10.0.0.1",
+    ] {
+        assert!(names.split(',').any(|n| n == name), "{name} in {names}");
+    }
+    let bootstrap = secrets.get("dev-cp-bootstrap").await.unwrap();
+    let keys: Vec<&String> = bootstrap.data.as_ref().unwrap().keys().collect();
+    for key in [
+        "service-account.key",
+        "service-account.pub",
+        "controller-manager.kubeconfig",
+        "tokens.csv",
+    ] {
+        assert!(keys.iter().any(|k| *k == key), "{key} in {keys:?}");
+    }
+
+    // Nothing changed: no write to Secrets or the StatefulSet.
+    let before = writes(&server, &["secrets", "statefulsets"]).await;
+    ensure_control_plane(&host, &tc).await.unwrap();
+    assert_eq!(writes(&server, &["secrets", "statefulsets"]).await, before);
+    assert_eq!(
+        secrets
+            .get("dev-cp-serving")
+            .await
+            .unwrap()
+            .resource_version(),
+        serving.resource_version()
+    );
+
+    // A new name: the certificate is re-issued for it.
+    tc = Api::<TenantCluster>::namespaced(host.clone(), HOST_NS)
+        .patch(
+            "dev",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"controlPlane": {"extraSANs": ["api.dev.example.com"]}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    ensure_control_plane(&host, &tc).await.unwrap();
+    let reissued = secrets.get("dev-cp-serving").await.unwrap();
+    assert!(
+        reissued.annotations()["tenantplane.io/serving-names"]
+            .split(',')
+            .any(|n| n == "api.dev.example.com")
+    );
+    assert_ne!(
+        reissued.data.as_ref().unwrap()["tls.crt"],
+        serving.data.as_ref().unwrap()["tls.crt"]
+    );
+
+    // Back to k3s: refused, and the StatefulSet is left as it was.
+    tc = Api::<TenantCluster>::namespaced(host.clone(), HOST_NS)
+        .patch(
+            "dev",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"controlPlane": {"distro": "k3s"}}})),
+        )
+        .await
+        .unwrap();
+    let refused = ensure_control_plane(&host, &tc).await.unwrap();
+    match &refused {
+        ControlPlaneState::Refused { reason, message } => {
+            assert_eq!(*reason, "DistroChangeRefused");
+            assert!(
+                message.contains("k8s") && message.contains("k3s"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let after: StatefulSet = Api::namespaced(host.clone(), CP_NS)
+        .get("dev-cp")
+        .await
+        .unwrap();
+    assert_eq!(after.resource_version(), sts.resource_version());
+
+    // Cleanup removes the serving Secret with the rest.
+    let outcome = cleanup_control_plane(&host, &tc).await.unwrap();
+    assert!(
+        outcome
+            .deleted
+            .contains(&format!("Secret {CP_NS}/dev-cp-serving")),
+        "{outcome:?}"
     );
 }

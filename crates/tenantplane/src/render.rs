@@ -9,7 +9,7 @@ use tenantplane_admission::{
     WebhookClient, namespace_webhook_configuration, webhook_configuration,
 };
 use tenantplane_api::{
-    ClusterMode, ControlPlane, EgressPolicy, ExternalControlPlane, IsolationLevel,
+    ClusterMode, ControlPlane, Distro, EgressPolicy, ExternalControlPlane, IsolationLevel,
     IsolationProfile, IsolationProfileSpec, LocalRef, ResourceLimits, SecretKeyRef, SyncPolicy,
     SyncPolicySpec, TenantCluster, TenantClusterSpec,
 };
@@ -40,6 +40,10 @@ pub enum RenderTarget {
         kubernetes_version: String,
         #[arg(long, value_enum, default_value_t = ModeArg::Shared)]
         mode: ModeArg,
+        /// Distribution of the provisioned control plane (ignored with
+        /// --kubeconfig-secret, which attaches an existing one).
+        #[arg(long, value_enum, default_value_t = DistroArg::K3s, conflicts_with = "kubeconfig_secret")]
+        distro: DistroArg,
         /// Attach an existing API server: a Secret in the namespace holding its kubeconfig.
         #[arg(long)]
         kubeconfig_secret: Option<String>,
@@ -132,6 +136,12 @@ pub enum EgressArg {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DistroArg {
+    K3s,
+    K8s,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModeArg {
     Shared,
     Dedicated,
@@ -148,6 +158,7 @@ pub fn run(target: RenderTarget) -> anyhow::Result<String> {
             sync_policy,
             kubernetes_version,
             mode,
+            distro,
             kubeconfig_secret,
             kubeconfig_key,
             output,
@@ -190,6 +201,10 @@ pub fn run(target: RenderTarget) -> anyhow::Result<String> {
                 sync_policy_ref: LocalRef::new(sync_policy),
                 control_plane: ControlPlane {
                     external,
+                    distro: match distro {
+                        DistroArg::K3s => Distro::K3s,
+                        DistroArg::K8s => Distro::K8s,
+                    },
                     ..ControlPlane::default()
                 },
                 networking: Default::default(),

@@ -428,6 +428,35 @@ fn render_prints_the_built_in_levels() {
         tc["spec"]["controlPlane"]["external"]["kubeconfigSecretRef"]["name"],
         "dev-kc"
     );
+    // A provisioned one in the k8s distro; a distro with an attached one is an error.
+    let out = tenantplane(&[
+        "render",
+        "tenantcluster",
+        "dev",
+        "--distro",
+        "k8s",
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success());
+    let tc: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(tc["spec"]["controlPlane"]["distro"], "k8s");
+    assert!(tc["spec"]["controlPlane"].get("external").is_none());
+    let out = tenantplane(&[
+        "render",
+        "tenantcluster",
+        "dev",
+        "--distro",
+        "k8s",
+        "--kubeconfig-secret",
+        "dev-kc",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--distro"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

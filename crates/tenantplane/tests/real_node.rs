@@ -11,19 +11,19 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod real_node_common;
+
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
+use real_node_common::{kubectl, meta, tenancy_defaults};
 use serde_json::json;
-use tenantplane_api::{
-    IsolationLevel, IsolationProfile, IsolationProfileSpec, SyncPolicy, SyncPolicySpec,
-};
 use tenantplane_testenv::node::image::Image;
 use tenantplane_testenv::{ApiServer, ApiServerOptions, ControllerManager, RealNode, TestEnv};
 
@@ -31,27 +31,6 @@ use tenantplane_testenv::{ApiServer, ApiServerOptions, ControllerManager, RealNo
 const REAL: Duration = Duration::from_secs(180);
 const HOST_NS: &str = "team";
 const IMAGE: &str = "local/tenantplane:test";
-
-fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.into()),
-        namespace: namespace.map(str::to_owned),
-        ..ObjectMeta::default()
-    }
-}
-
-/// [`tenantplane_testenv::kubectl`] off the runtime, which also carries the
-/// node's API relay.
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String, String> {
-    let kubeconfig = kubeconfig.to_owned();
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        tenantplane_testenv::kubectl(&kubeconfig, &args)
-    })
-    .await
-    .expect("the kubectl task")
-}
 
 /// Runs `command` in tenant `tenant`'s client Pod, through the host API server (the
 /// host copy: same network and DNS; the tenant's own `kubectl exec` is tested
@@ -168,36 +147,7 @@ async fn two_tenants_in_one_namespace_reach_only_their_own_pods_by_their_own_nam
     .unwrap();
     node.import(&image).unwrap();
 
-    Api::<Namespace>::all(host.clone())
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: meta(HOST_NS, None),
-                ..Namespace::default()
-            },
-        )
-        .await
-        .unwrap();
-    Api::<IsolationProfile>::all(host.clone())
-        .create(
-            &PostParams::default(),
-            &IsolationProfile {
-                metadata: meta("restricted", None),
-                spec: IsolationProfileSpec::for_level(IsolationLevel::Restricted),
-            },
-        )
-        .await
-        .unwrap();
-    Api::<SyncPolicy>::all(host.clone())
-        .create(
-            &PostParams::default(),
-            &SyncPolicy {
-                metadata: meta("default", None),
-                spec: SyncPolicySpec::default_policy(),
-            },
-        )
-        .await
-        .unwrap();
+    tenancy_defaults(&host, HOST_NS).await;
     let a = tenant(&env, &host, "a").await;
     let b = tenant(&env, &host, "b").await;
 

@@ -143,6 +143,35 @@ impl Image {
     /// image from the project's own binary, which links glibc).
     pub fn with_shared_libraries(tag: &str, binary: &Path, name: &str) -> Result<Self> {
         let mut image = Self::static_binary(tag, binary, name)?;
+        image.add_shared_libraries(binary)?;
+        Ok(image)
+    }
+
+    /// Several binaries, each at `/bin/<name>` (on the image's `PATH`), with the
+    /// shared libraries they link, and no entrypoint: Pods name the binary as their
+    /// command (the `k8s` control-plane image: kube-apiserver, kube-controller-manager
+    /// and etcd, run as the upstream images run them).
+    pub fn binaries(tag: &str, binaries: &[(&Path, &str)]) -> Result<Self> {
+        let mut image = Self {
+            tag: tag.to_owned(),
+            entries: base_entries(),
+            entrypoint: None,
+            cmd: None,
+        };
+        for (binary, name) in binaries {
+            image.entries.push(Entry::File {
+                path: format!("bin/{name}"),
+                mode: 0o755,
+                data: read(binary)?,
+            });
+            image.add_shared_libraries(binary)?;
+        }
+        Ok(image)
+    }
+
+    /// Adds the libraries and loader `binary` links (none for a static binary), each
+    /// once, with their parent directories.
+    fn add_shared_libraries(&mut self, binary: &Path) -> Result<()> {
         let ldd = Command::new("ldd")
             .arg(binary)
             .output()
@@ -150,19 +179,23 @@ impl Image {
         let listing = String::from_utf8_lossy(&ldd.stdout);
         let libraries = shared_libraries(&listing);
         if !ldd.status.success() && libraries.is_empty() {
-            // "not a dynamic executable": the binary alone is the image.
-            return Ok(image);
+            // "not a dynamic executable": the binary alone is enough.
+            return Ok(());
         }
-        let mut dirs: Vec<String> = image
+        let mut present: Vec<String> = self
             .entries
             .iter()
-            .filter_map(|e| match e {
-                Entry::Dir { path, .. } => Some(path.clone()),
-                _ => None,
+            .map(|e| match e {
+                Entry::Dir { path, .. }
+                | Entry::File { path, .. }
+                | Entry::Symlink { path, .. } => path.clone(),
             })
             .collect();
         for library in libraries {
             let relative = library.trim_start_matches('/');
+            if present.iter().any(|p| p == relative) {
+                continue;
+            }
             // Parents first, outermost first.
             let mut parents: Vec<String> = Path::new(relative)
                 .ancestors()
@@ -172,21 +205,22 @@ impl Image {
                 .collect();
             parents.reverse();
             for dir in parents {
-                if !dirs.contains(&dir) {
-                    image.entries.push(Entry::Dir {
+                if !present.contains(&dir) {
+                    self.entries.push(Entry::Dir {
                         path: dir.clone(),
                         mode: 0o755,
                     });
-                    dirs.push(dir);
+                    present.push(dir);
                 }
             }
-            image.entries.push(Entry::File {
+            self.entries.push(Entry::File {
                 path: relative.to_owned(),
                 mode: 0o755,
                 data: read(Path::new(library))?,
             });
+            present.push(relative.to_owned());
         }
-        Ok(image)
+        Ok(())
     }
 
     /// The image as a docker-archive tarball.

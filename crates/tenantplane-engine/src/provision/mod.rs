@@ -71,13 +71,16 @@ use rcgen::{
 };
 use ring::rand::SecureRandom;
 use serde_json::{Value, json};
-use tenantplane_api::{SecretKeyRef, TenantCluster};
+use tenantplane_api::{Distro, SecretKeyRef, TenantCluster};
 use tenantplane_core::isolation::{POD_SECURITY_MODES, POD_SECURITY_VERSION};
 use tenantplane_core::metadata::{
     COMPONENT_CONTROL_PLANE, LABEL_COMPONENT, LABEL_CONTROL_PLANE_OF, LABEL_MANAGED_BY,
     LABEL_TENANT, MANAGED_BY_VALUE,
 };
 use tenantplane_core::versions::{self, SupportedVersion};
+
+mod k8s;
+mod serving;
 
 use crate::decisions::MANAGER;
 use crate::deletion::exactly;
@@ -130,12 +133,20 @@ pub fn kubeconfig_secret_name(tenant: &str) -> String {
     format!("{tenant}-kubeconfig")
 }
 
+/// The in-cluster DNS name of the tenant API server's Service.
+pub fn in_cluster_host(tenant: &str, tc_namespace: &str) -> String {
+    format!(
+        "{}.{}.svc",
+        control_plane_name(tenant),
+        control_plane_namespace(tc_namespace)
+    )
+}
+
 /// The URL the host reaches the tenant API server at.
 pub fn in_cluster_endpoint(tenant: &str, tc_namespace: &str) -> String {
     format!(
-        "https://{}.{}.svc:{CONTROL_PLANE_PORT}",
-        control_plane_name(tenant),
-        control_plane_namespace(tc_namespace)
+        "https://{}:{CONTROL_PLANE_PORT}",
+        in_cluster_host(tenant, tc_namespace)
     )
 }
 
@@ -150,6 +161,15 @@ fn load_balancer_name(tenant: &str) -> String {
 fn bootstrap_name(tenant: &str) -> String {
     format!("{tenant}-cp-bootstrap")
 }
+
+/// The Secret holding the `k8s` distro's serving certificate (re-issued when the
+/// names it must be valid for change, unlike the immutable bootstrap).
+fn serving_name(tenant: &str) -> String {
+    format!("{tenant}-cp-serving")
+}
+
+/// On the serving Secret: the names its certificate was issued for.
+const ANNOTATION_SERVING_NAMES: &str = "tenantplane.io/serving-names";
 
 /// Where a TenantCluster's control plane stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,6 +188,11 @@ pub enum ControlPlaneState {
         endpoint: String,
         /// The LoadBalancer's address, once it has one.
         external_endpoint: Option<String>,
+        /// `https://<ClusterIP>:6443` of the control plane's Service: where the
+        /// controller connects, presenting [`in_cluster_host`] for TLS, so it needs no
+        /// cluster DNS (it may run outside the cluster, or while the host's DNS is
+        /// down). `None` until the Service has its address.
+        service_url: Option<String>,
     },
     /// `spec.controlPlane.external` is set: nothing is provisioned (and what was
     /// provisioned before is removed).
@@ -319,6 +344,30 @@ impl Names {
             .all(|(k, v)| labels.get(k) == Some(v))
     }
 
+    /// The names the `k8s` distro's serving certificate is issued for: the Service's
+    /// names, the tenant's own `kubernetes` Service (its names and address, for
+    /// in-cluster clients of the tenant), and loopback (the controller manager).
+    fn serving_sans(&self, extra: &[String], service_cidr: &str) -> Vec<String> {
+        let mut sans = self.tls_sans(extra);
+        let mut more: Vec<String> = [
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+            "localhost",
+            "127.0.0.1",
+        ]
+        .map(str::to_owned)
+        .into();
+        more.extend(k8s::kubernetes_service_ip(service_cidr));
+        for san in more {
+            if !sans.contains(&san) {
+                sans.push(san);
+            }
+        }
+        sans
+    }
+
     /// The names the API server's certificate must be valid for.
     fn tls_sans(&self, extra: &[String]) -> Vec<String> {
         let service = &self.cp_name;
@@ -400,8 +449,46 @@ pub async fn ensure_control_plane_with(
         Ok(b) => b,
         Err(state) => return Ok(state),
     };
+    let distro = tc.spec.control_plane.distro;
+    if distro == Distro::K8s {
+        if let Some(key) = bootstrap.missing_for_k8s {
+            return Ok(ControlPlaneState::Refused {
+                reason: "BootstrapOutdated",
+                message: format!(
+                    "bootstrap Secret {cp_ns}/{} was made for k3s by an older tenantplane and \
+                     has no key {key:?}, which distro k8s needs: keep distro k3s, or recreate the \
+                     TenantCluster",
+                    bootstrap_name(&names.tenant)
+                ),
+            });
+        }
+        let ca_key = bootstrap.ca_key_pem.as_deref().unwrap_or_default();
+        let sans = names.serving_sans(&tc.spec.control_plane.extra_sans, service_cidr);
+        if let Err(state) = serving::ensure_serving_secret(&secrets, &names, ca_key, &sans).await? {
+            return Ok(state);
+        }
+    }
 
     let ours = |labels: &BTreeMap<String, String>| names.is_ours(labels);
+    let sts_api: Api<StatefulSet> = Api::namespaced(host.clone(), cp_ns);
+    let live_distro = sts_api
+        .get_opt(&names.cp_name)
+        .await
+        .map_err(|e| host_error("StatefulSet", cp_ns, &names.cp_name)("get", e))?
+        .filter(|live| names.is_ours(live.labels()))
+        .and_then(|live| live_distro(&live));
+    if let Some(live) = live_distro.filter(|live| *live != distro) {
+        return Ok(ControlPlaneState::Refused {
+            reason: "DistroChangeRefused",
+            message: format!(
+                "the control plane runs distro {}, and its data on the PVC is in that \
+                 distro's format: spec.controlPlane.distro cannot change to {} once the control \
+                 plane exists; restore it (to change distro, recreate the TenantCluster)",
+                live.as_str(),
+                distro.as_str()
+            ),
+        });
+    }
     let statefulset = build::<StatefulSet>(
         "StatefulSet",
         statefulset(
@@ -412,7 +499,6 @@ pub async fn ensure_control_plane_with(
             bootstrap.kubelet_cert_pem.is_some(),
         ),
     )?;
-    let sts_api: Api<StatefulSet> = Api::namespaced(host.clone(), cp_ns);
     let sts_action = match converge(&sts_api, &names.cp_name, Some(&statefulset), &ours, &[]).await
     {
         Err(ConvergeError::Host {
@@ -479,13 +565,25 @@ pub async fn ensure_control_plane_with(
 
     let pod_name = format!("{}-0", names.cp_name);
     if !pod_ready(host, &names, &pod_name).await? {
+        let images = statefulset_images(&statefulset).join(", ");
         return Ok(ControlPlaneState::Provisioning {
             message: format!(
-                "waiting for the k3s server pod {cp_ns}/{pod_name} ({}) to become Ready",
-                version.k3s_image
+                "waiting for the {} control plane pod {cp_ns}/{pod_name} ({images}) to become \
+                 Ready",
+                distro.as_str()
             ),
         });
     }
+    let service_url = services
+        .get_opt(&names.cp_name)
+        .await
+        .map_err(|e| host_error("Service", cp_ns, &names.cp_name)("get", e))?
+        .and_then(|s| s.spec?.cluster_ip)
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .map(|ip| match ip.contains(':') {
+            true => format!("https://[{ip}]:{CONTROL_PLANE_PORT}"),
+            false => format!("https://{ip}:{CONTROL_PLANE_PORT}"),
+        });
 
     let endpoint = in_cluster_endpoint(&names.tenant, &names.namespace);
     let kubeconfig = kubeconfig_yaml(&names.tenant, &endpoint, &bootstrap);
@@ -553,7 +651,33 @@ pub async fn ensure_control_plane_with(
         },
         endpoint,
         external_endpoint,
+        service_url,
     })
+}
+
+/// The distro a live StatefulSet of ours runs, by its first container.
+fn live_distro(live: &StatefulSet) -> Option<Distro> {
+    let first = live
+        .spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()?;
+    Some(match first.name.as_str() {
+        "k3s" => Distro::K3s,
+        _ => Distro::K8s,
+    })
+}
+
+fn statefulset_images(sts: &StatefulSet) -> Vec<String> {
+    sts.spec
+        .iter()
+        .filter_map(|s| s.template.spec.as_ref())
+        .flat_map(|p| p.containers.iter())
+        .filter_map(|c| c.image.clone())
+        .collect()
 }
 
 /// Publishes the certificate (never the key) the control plane presents to kubelets,
@@ -686,7 +810,20 @@ struct Bootstrap {
     /// Absent in bootstrap Secrets made before tenantplane issued one (they are
     /// immutable): such a control plane keeps running without `kubectl logs`.
     kubelet_cert_pem: Option<String>,
+    /// The CA's key, which signs the `k8s` distro's serving certificate.
+    ca_key_pem: Option<String>,
+    /// The first key the `k8s` distro needs that this bootstrap lacks (one made
+    /// by an older tenantplane, for k3s).
+    missing_for_k8s: Option<&'static str>,
 }
+
+/// The keys the `k8s` distro reads from the bootstrap Secret besides k3s' ones.
+const K8S_BOOTSTRAP_KEYS: [&str; 4] = [
+    KEY_CA_KEY,
+    k8s::KEY_SERVICE_ACCOUNT,
+    k8s::KEY_SERVICE_ACCOUNT_PUBLIC,
+    k8s::KEY_CONTROLLER_MANAGER_KUBECONFIG,
+];
 
 /// Reads the bootstrap Secret, or generates and creates it. Never updated: k3s'
 /// data on the PVC was made with these credentials.
@@ -724,18 +861,27 @@ async fn ensure_bootstrap(
             ca_pem: text(KEY_CA_CERT)?,
             admin_token: text(KEY_ADMIN_TOKEN)?,
             kubelet_cert_pem,
+            ca_key_pem: text(KEY_CA_KEY).ok(),
+            missing_for_k8s: K8S_BOOTSTRAP_KEYS
+                .into_iter()
+                .find(|key| !data.contains_key(*key)),
         }));
     }
-    let (ca_pem, ca_key_pem) = server_ca(&format!(
-        "tenantplane-{}-{}-server-ca",
-        names.namespace, names.tenant
-    ))?;
+    let (ca_pem, ca_key_pem) = server_ca(&server_ca_common_name(names))?;
     let admin_token = random_hex(32)?;
     let (kubelet_cert_pem, kubelet_key_pem) = kubelet_client_cert(&format!(
         "tenantplane-{}-{}-kubelet-client",
         names.namespace, names.tenant
     ))?;
-    let tokens_csv = format!("{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n");
+    let controller_manager_token = random_hex(32)?;
+    // token,user,uid[,"groups"]: the admin is in system:masters; the controller
+    // manager (distro k8s) gets what default RBAC grants its user.
+    let tokens_csv = format!(
+        "{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n\
+         {controller_manager_token},{user},{user}\n",
+        user = k8s::CONTROLLER_MANAGER_USER
+    );
+    let service_account_key = KeyPair::generate()?;
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(name.clone()),
@@ -752,9 +898,22 @@ async fn ensure_bootstrap(
                 (KEY_ADMIN_TOKEN, admin_token.clone()),
                 (KEY_TOKENS_CSV, tokens_csv),
                 (KEY_CA_CERT, ca_pem.clone()),
-                (KEY_CA_KEY, ca_key_pem),
+                (KEY_CA_KEY, ca_key_pem.clone()),
                 (KEY_KUBELET_CERT, kubelet_cert_pem.clone()),
                 (KEY_KUBELET_KEY, kubelet_key_pem),
+                (
+                    k8s::KEY_SERVICE_ACCOUNT,
+                    service_account_key.serialize_pem(),
+                ),
+                (
+                    k8s::KEY_SERVICE_ACCOUNT_PUBLIC,
+                    service_account_key.public_key_pem(),
+                ),
+                (
+                    k8s::KEY_CONTROLLER_MANAGER_KUBECONFIG,
+                    k8s::controller_manager_kubeconfig(&controller_manager_token),
+                ),
+                (k8s::KEY_CONTROLLER_MANAGER_TOKEN, controller_manager_token),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
@@ -770,6 +929,8 @@ async fn ensure_bootstrap(
         ca_pem,
         admin_token,
         kubelet_cert_pem: Some(kubelet_cert_pem),
+        ca_key_pem: Some(ca_key_pem),
+        missing_for_k8s: None,
     }))
 }
 
@@ -787,8 +948,13 @@ fn kubelet_client_cert(common_name: &str) -> Result<(String, String), rcgen::Err
     Ok((cert.pem(), key.serialize_pem()))
 }
 
-/// A self-signed ECDSA P-256 CA (what k3s generates for itself), as PEM (cert, key).
-fn server_ca(common_name: &str) -> Result<(String, String), rcgen::Error> {
+fn server_ca_common_name(names: &Names) -> String {
+    format!("tenantplane-{}-{}-server-ca", names.namespace, names.tenant)
+}
+
+/// The server CA's parameters: its identity (what an issued certificate names as
+/// issuer) is only the common name, so the issuer can be rebuilt from the key.
+fn server_ca_params(common_name: &str) -> Result<CertificateParams, rcgen::Error> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);
@@ -799,10 +965,40 @@ fn server_ca(common_name: &str) -> Result<(String, String), rcgen::Error> {
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
+    Ok(params)
+}
+
+/// A self-signed ECDSA P-256 CA (what k3s generates for itself), as PEM (cert, key).
+fn server_ca(common_name: &str) -> Result<(String, String), rcgen::Error> {
     let key = KeyPair::generate()?;
     let key_pem = key.serialize_pem();
-    let issuer = CertifiedIssuer::self_signed(params, key)?;
+    let issuer = CertifiedIssuer::self_signed(server_ca_params(common_name)?, key)?;
     Ok((issuer.pem(), key_pem))
+}
+
+/// A serving certificate for `sans` (DNS names and IP addresses) signed by the
+/// server CA, as PEM (cert, key).
+fn serving_cert(
+    ca_common_name: &str,
+    ca_key_pem: &str,
+    sans: &[String],
+) -> Result<(String, String), rcgen::Error> {
+    let issuer = rcgen::Issuer::new(
+        server_ca_params(ca_common_name)?,
+        KeyPair::from_pem(ca_key_pem)?,
+    );
+    let mut params = CertificateParams::new(sans.to_vec())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "kube-apiserver");
+    params.distinguished_name = dn;
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 fn random_hex(bytes: usize) -> Result<String, ProvisionError> {
@@ -887,6 +1083,7 @@ fn k3s_args(names: &Names, extra_sans: &[String], service_cidr: &str) -> Vec<Str
     args
 }
 
+/// The control plane's StatefulSet for its distro.
 fn statefulset(
     names: &Names,
     tc: &TenantCluster,
@@ -894,14 +1091,30 @@ fn statefulset(
     service_cidr: &str,
     kubelet_client: bool,
 ) -> Value {
-    let storage = &tc.spec.control_plane.storage;
-    let mut claim_spec = json!({
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": storage.size}},
-    });
-    if let Some(class) = &storage.storage_class_name {
-        claim_spec["storageClassName"] = json!(class);
-    }
+    let (containers, volumes) = match tc.spec.control_plane.distro {
+        Distro::K3s => k3s_pod_parts(names, tc, version, service_cidr, kubelet_client),
+        Distro::K8s => {
+            let (containers, volumes) = k8s::pod_parts(
+                &k8s::Images::of(tc, version),
+                service_cidr,
+                kubelet_client,
+                &bootstrap_name(&names.tenant),
+                &serving_name(&names.tenant),
+            );
+            (json!(containers), json!(volumes))
+        }
+    };
+    statefulset_with(names, tc, containers, volumes)
+}
+
+/// The k3s server's container and volumes.
+fn k3s_pod_parts(
+    names: &Names,
+    tc: &TenantCluster,
+    version: &SupportedVersion,
+    service_cidr: &str,
+    kubelet_client: bool,
+) -> (Value, Value) {
     let bootstrap = bootstrap_name(&names.tenant);
     let tls_dir = format!("{DATA_DIR}/server/tls");
     let mut args = k3s_args(names, &tc.spec.control_plane.extra_sans, service_cidr);
@@ -923,44 +1136,68 @@ fn statefulset(
             );
         }
     }
+    let image = tc
+        .spec
+        .control_plane
+        .images
+        .k3s
+        .as_deref()
+        .unwrap_or(version.k3s_image);
+    let containers = json!([{
+        "name": "k3s",
+        "image": image,
+        "args": args,
+        "env": [{"name": "K3S_TOKEN", "valueFrom": {"secretKeyRef": {"name": bootstrap, "key": KEY_TOKEN}}}],
+        "ports": [{"name": "https", "containerPort": CONTROL_PLANE_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": CONTROL_PLANE_PORT, "scheme": "HTTPS"},
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+            "failureThreshold": 3,
+        },
+        // An API server with SQLite and no nodes: modest, but bounded
+        // so one tenant cannot starve its neighbours' control planes.
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+            "limits": {"memory": "2Gi"},
+        },
+        "securityContext": {"allowPrivilegeEscalation": false},
+        "volumeMounts": mounts,
+    }]);
+    let volumes =
+        json!([{"name": "bootstrap", "secret": {"secretName": bootstrap, "defaultMode": 0o400}}]);
+    (containers, volumes)
+}
+
+/// The StatefulSet around a distro's containers and volumes: one replica, its
+/// data on a PVC from `controlPlane.storage`.
+fn statefulset_with(names: &Names, tc: &TenantCluster, containers: Value, volumes: Value) -> Value {
+    let storage = &tc.spec.control_plane.storage;
+    let mut claim_spec = json!({
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": storage.size}},
+    });
+    if let Some(class) = &storage.storage_class_name {
+        claim_spec["storageClassName"] = json!(class);
+    }
     json!({
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
         "metadata": {"name": names.cp_name, "namespace": names.cp_namespace, "labels": names.labels()},
         "spec": {
-            // A k3s server on SQLite runs exactly one replica.
+            // A k3s server on SQLite, or one etcd member, runs exactly one replica.
             "replicas": 1,
             "serviceName": headless_name(&names.tenant),
             "selector": {"matchLabels": names.selector()},
             "template": {
                 "metadata": {"labels": names.labels()},
                 "spec": {
-                    // k3s never talks to the host's API server.
+                    // The control plane never talks to the host's API server.
                     "automountServiceAccountToken": false,
                     "enableServiceLinks": false,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [{
-                        "name": "k3s",
-                        "image": version.k3s_image,
-                        "args": args,
-                        "env": [{"name": "K3S_TOKEN", "valueFrom": {"secretKeyRef": {"name": bootstrap, "key": KEY_TOKEN}}}],
-                        "ports": [{"name": "https", "containerPort": CONTROL_PLANE_PORT, "protocol": "TCP"}],
-                        "readinessProbe": {
-                            "httpGet": {"path": "/readyz", "port": CONTROL_PLANE_PORT, "scheme": "HTTPS"},
-                            "periodSeconds": 5,
-                            "timeoutSeconds": 3,
-                            "failureThreshold": 3,
-                        },
-                        // An API server with SQLite and no nodes: modest, but bounded
-                        // so one tenant cannot starve its neighbours' control planes.
-                        "resources": {
-                            "requests": {"cpu": "100m", "memory": "256Mi"},
-                            "limits": {"memory": "2Gi"},
-                        },
-                        "securityContext": {"allowPrivilegeEscalation": false},
-                        "volumeMounts": mounts,
-                    }],
-                    "volumes": [{"name": "bootstrap", "secret": {"secretName": bootstrap, "defaultMode": 0o400}}],
+                    "containers": containers,
+                    "volumes": volumes,
                 },
             },
             "volumeClaimTemplates": [{
@@ -1106,13 +1343,14 @@ pub async fn cleanup_control_plane(
         }
     }
     let secrets: Api<Secret> = Api::namespaced(host.clone(), cp_ns);
-    let bootstrap = bootstrap_name(&names.tenant);
-    if converge::<Secret>(&secrets, &bootstrap, None, &ours, &[])
-        .await
-        .map_err(converge_error("Secret", cp_ns, &bootstrap))?
-        == ObjectAction::Deleted
-    {
-        outcome.deleted.push(format!("Secret {cp_ns}/{bootstrap}"));
+    for name in [bootstrap_name(&names.tenant), serving_name(&names.tenant)] {
+        if converge::<Secret>(&secrets, &name, None, &ours, &[])
+            .await
+            .map_err(converge_error("Secret", cp_ns, &name))?
+            == ObjectAction::Deleted
+        {
+            outcome.deleted.push(format!("Secret {cp_ns}/{name}"));
+        }
     }
     // A StatefulSet leaves its PVCs behind (the retention policy that could delete
     // them is newer than the servers we support).
@@ -1311,6 +1549,8 @@ mod tests {
                 ca_pem: ca_pem.clone(),
                 admin_token: token.clone(),
                 kubelet_cert_pem: None,
+                ca_key_pem: None,
+                missing_for_k8s: None,
             },
         );
         let config = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
