@@ -16,6 +16,7 @@
 
 mod answer;
 pub mod config;
+pub mod from_host;
 pub mod ingress_claims;
 pub mod namespaces;
 pub mod review;

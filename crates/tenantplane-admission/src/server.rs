@@ -1,4 +1,4 @@
-//! The HTTPS server: `POST /validate`, `POST /namespaces` (with a client) and
+//! The HTTPS server: `POST /validate`, `POST /from-host`, `POST /namespaces` (with a client) and
 //! `GET /healthz` and `GET /readyz`, over rustls (ring).
 
 use std::future::Future;
@@ -35,6 +35,8 @@ pub const HEALTHZ_PATH: &str = "/healthz";
 pub const READYZ_PATH: &str = "/readyz";
 pub const NAMESPACES_PATH: &str = "/namespaces";
 pub const TENANT_RESOURCES_PATH: &str = "/tenant-resources";
+/// Writes to fromHost copies in provisioned tenant control planes.
+pub const FROM_HOST_PATH: &str = "/from-host";
 
 /// An AdmissionReview carries the object and the old object, each up to etcd's
 /// 1.5 MiB; axum's 2 MiB default would refuse large updates.
@@ -51,6 +53,14 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 pub fn router() -> Router {
     Router::new()
         .route(VALIDATE_PATH, post(validate))
+        .route(
+            FROM_HOST_PATH,
+            post(|body: Bytes| async move {
+                let review = crate::from_host::review(&body);
+                log_review("fromHost copy admission review", &review);
+                Json(review)
+            }),
+        )
         .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
         .route(READYZ_PATH, get(|| async { "ok\n" }))
         .layer(DefaultBodyLimit::max(MAX_BODY))

@@ -315,6 +315,7 @@ impl RunningController {
             // No Pod runs here: host Pods keep the host's DNS.
             dns: None,
             kubelet_endpoint: None,
+            tenant_webhook: None,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Self {

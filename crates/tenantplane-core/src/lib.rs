@@ -7,6 +7,7 @@ pub mod conditions;
 pub mod dns;
 pub mod explain;
 pub mod from_host;
+pub mod from_host_admission;
 pub mod host_events;
 pub mod isolation;
 pub mod kinds;

@@ -39,7 +39,7 @@ use crate::conditions::ConditionSet;
 use crate::decisions::{DecisionRoutes, MANAGER, RecorderConfig, TenantDecision, start_recorder};
 use crate::deletion::{delete_exact, exactly};
 use crate::engine::{Engine, EngineSpec, KindState};
-use crate::isolation::apply_isolation;
+use crate::isolation::{ObjectAction, apply_isolation};
 use crate::kind_sync::{PodSettings, release_pod_finalizers};
 use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER};
 use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane_with};
@@ -89,6 +89,10 @@ pub struct ControllerConfig {
     /// Where tenant API servers reach tenantplane's kubelet endpoint; every tenant
     /// Node advertises it. `None`: tenant Nodes advertise no address and port 0.
     pub kubelet_endpoint: Option<tenantplane_core::pods::KubeletEndpoint>,
+    /// Registered in every provisioned tenant control plane whose syncer has its
+    /// own identity: refuses the tenant's writes to fromHost copies. `None`: such
+    /// writes are only reverted.
+    pub tenant_webhook: Option<crate::provision::tenant_webhook::TenantWebhook>,
 }
 
 /// The TenantCluster condition saying whether tenant Services can carry their host
@@ -260,6 +264,8 @@ struct Resolved {
     tenant: Client,
     endpoint: String,
     external_endpoint: Option<String>,
+    /// The tenant client is the syncer's own identity (a provisioned control plane).
+    syncer_identity: bool,
     secret_version: String,
 }
 
@@ -335,9 +341,10 @@ async fn resolve(
             endpoint,
             external_endpoint,
             service_url,
+            syncer_token,
         } => (
             kubeconfig_secret,
-            Some((endpoint, external_endpoint, service_url)),
+            Some((endpoint, external_endpoint, service_url, syncer_token)),
         ),
         ControlPlaneState::Provisioning { message } => {
             let blocker = Blocker {
@@ -396,13 +403,21 @@ async fn resolve(
     let mut cluster_url = config.cluster_url.to_string();
     // A provisioned control plane is dialled at its Service's address, presenting
     // the Service's DNS name for TLS: no cluster DNS needed (see `service_url`).
-    if let Some((endpoint, _, Some(service_url))) = &endpoints
+    if let Some((endpoint, _, Some(service_url), _)) = &endpoints
         && let Ok(uri) = service_url.parse::<http::Uri>()
     {
         config.cluster_url = uri;
         config.tls_server_name = Some(crate::provision::in_cluster_host(&tc.name_any(), namespace));
         cluster_url = format!("{endpoint} (dialled at its Service address {service_url})");
     }
+    // The syncer's own identity, so the tenant's admission can tell its writes apart.
+    let syncer_identity = match endpoints.as_ref().and_then(|e| e.3.as_ref()) {
+        Some(token) => {
+            config.auth_info.token = Some(token.expose().to_owned().into());
+            true
+        }
+        None => false,
+    };
     let config_url = config.cluster_url.to_string();
     let tenant = match Client::try_from(config) {
         Ok(c) => c,
@@ -424,7 +439,7 @@ async fn resolve(
         ));
     }
     let (endpoint, external_endpoint) = match endpoints {
-        Some((endpoint, external_endpoint, _)) => (endpoint, external_endpoint),
+        Some((endpoint, external_endpoint, _, _)) => (endpoint, external_endpoint),
         None => (config_url, None),
     };
     Ok(Resolution {
@@ -435,6 +450,7 @@ async fn resolve(
             tenant,
             endpoint,
             external_endpoint,
+            syncer_identity,
             secret_version: secret.resource_version().unwrap_or_default(),
         }),
     })
@@ -528,6 +544,24 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
             Duration::from_secs(10)
         }
         Ok(resolved) => {
+            if resolved.syncer_identity
+                && let Some(webhook) = &ctx.config.tenant_webhook
+            {
+                // Fails open like the webhook itself: the revert stays the guarantee.
+                match crate::provision::tenant_webhook::ensure(&resolved.tenant, webhook).await {
+                    Ok(ObjectAction::Conflict) => tracing::warn!(
+                        tenant = %name, namespace = %namespace,
+                        "the tenant holds a ValidatingWebhookConfiguration {} that tenantplane did not create; fromHost copies are only reverted",
+                        crate::provision::tenant_webhook::CONFIGURATION_NAME
+                    ),
+                    Ok(action) => {
+                        tracing::debug!(tenant = %name, namespace = %namespace, ?action, "fromHost webhook registered in the tenant")
+                    }
+                    Err(error) => {
+                        tracing::warn!(tenant = %name, namespace = %namespace, %error, "could not register the fromHost webhook in the tenant")
+                    }
+                }
+            }
             let fingerprint = digest(&json!({
                 "policy": resolved.policy.spec,
                 "controls": resolved.profile.spec.effective_controls(),
@@ -794,10 +828,16 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
         };
         let version = api_version.rsplit('/').next().unwrap_or(&api_version);
         let gvk = GroupVersionKind::gvk(&group_kind.group, version, &kind);
-        // A kind the host no longer serves has no objects left to delete.
-        let Ok((resource, _)) = pinned_kind(host, &gvk).await else {
+        // A kind the host no longer serves has no objects left to delete, and a
+        // cluster-scoped one has no copies in the namespace (fromHost kinds such as
+        // StorageClass are copied into the tenant, never onto the host; PVs of Pods
+        // are removed with the Pods' extras above).
+        let Ok((resource, capabilities)) = pinned_kind(host, &gvk).await else {
             continue;
         };
+        if capabilities.scope == kube::discovery::Scope::Cluster {
+            continue;
+        }
         let api: Api<DynamicObject> = Api::namespaced_with(host.clone(), &namespace, &resource);
         // Labels can be copied by hand: delete only what reverse-maps to this tenant.
         deleted += delete_matching(&api, &host_selector(&name, &group_kind), |obj| {

@@ -104,6 +104,7 @@ impl Controller {
             service_cidr: tenantplane_engine::provision::DEFAULT_SERVICE_CIDR.into(),
             dns,
             kubelet_endpoint,
+            tenant_webhook: None,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Controller {

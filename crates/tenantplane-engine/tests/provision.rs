@@ -450,13 +450,17 @@ async fn a_control_plane_is_provisioned_becomes_ready_and_is_cleaned_up() {
     let token = String::from_utf8(data["admin-token"].0.clone()).unwrap();
     assert!(text.contains(&format!("token: {token}")));
     let tokens_csv = String::from_utf8(data["tokens.csv"].0.clone()).unwrap();
-    // The admin, and the controller manager of distro k8s (default RBAC's user).
+    // The admin, the syncer (its own identity, which the tenant's fromHost webhook
+    // lets through), and the controller manager of distro k8s (default RBAC's user).
     let manager_token = String::from_utf8(data["controller-manager-token"].0.clone()).unwrap();
+    let syncer_token = String::from_utf8(data["syncer-token"].0.clone()).unwrap();
     assert_ne!(manager_token, token);
+    assert_ne!(syncer_token, token);
     assert_eq!(
         tokens_csv,
         format!(
             "{token},tenantplane-admin,tenantplane-admin,\"system:masters\"\n\
+             {syncer_token},tenantplane-syncer,tenantplane-syncer,\"system:masters\"\n\
              {manager_token},system:kube-controller-manager,system:kube-controller-manager\n"
         )
     );

@@ -75,6 +75,16 @@ pub struct ControllerArgs {
     /// controller's own image by default.
     #[arg(long, env = "TENANTPLANE_DNS_IMAGE", default_value = concat!("tenantplane:", env!("CARGO_PKG_VERSION")))]
     pub dns_image: String,
+    /// URL of tenantplane's webhook server's `/from-host` as provisioned tenant
+    /// control planes reach it (such as
+    /// `https://tenantplane-webhook.tenantplane-system.svc/from-host`): registered in
+    /// each, it refuses the tenant's writes to fromHost copies. Without it they are
+    /// only reverted.
+    #[arg(long, requires = "tenant_webhook_ca_file")]
+    pub tenant_webhook_url: Option<String>,
+    /// PEM CA bundle that signed that webhook's serving certificate.
+    #[arg(long, requires = "tenant_webhook_url")]
+    pub tenant_webhook_ca_file: Option<PathBuf>,
     /// The tenants' cluster domain, served by their DNS servers.
     #[arg(long, default_value = tenantplane_core::dns::DEFAULT_CLUSTER_DOMAIN)]
     pub cluster_domain: String,
@@ -171,6 +181,20 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
         address: k.advertise_address.clone(),
         port: k.address.port(),
     });
+    let tenant_webhook = match (&args.tenant_webhook_url, &args.tenant_webhook_ca_file) {
+        (Some(url), Some(ca_file)) => {
+            let ca_bundle = std::fs::read(ca_file).with_context(|| {
+                format!("reading --tenant-webhook-ca-file {}", ca_file.display())
+            })?;
+            Some(
+                tenantplane_engine::provision::tenant_webhook::TenantWebhook {
+                    url: url.clone(),
+                    ca_bundle,
+                },
+            )
+        }
+        _ => None,
+    };
     // Decisions are logged by the engines; nothing else listens here.
     let (decisions, _) = broadcast::channel(1024);
     let make_config = {
@@ -182,6 +206,7 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
         );
         let host_unreachable_release = Duration::from_secs(args.host_unreachable_release_secs);
         let service_cidr = args.service_cidr.clone();
+        let tenant_webhook = tenant_webhook.clone();
         let dns = (!args.no_tenant_dns).then(|| tenantplane_engine::tenant_dns::DnsDeployment {
             image: args.dns_image.clone(),
             cluster_domain: tenantplane_core::dns::normalize(&args.cluster_domain),
@@ -196,6 +221,7 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             service_cidr: service_cidr.clone(),
             dns: dns.clone(),
             kubelet_endpoint: kubelet_endpoint.clone(),
+            tenant_webhook: tenant_webhook.clone(),
         }
     };
     let make_tenant_config = {

@@ -267,6 +267,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             address: kubelet.advertise_address.clone(),
             port: kubelet.address.port(),
         }),
+        tenant_webhook: None,
     };
     let controller = tokio::spawn(controller::run_with_routes(
         config,

@@ -2,7 +2,8 @@
 //! and with distro `k8s` starts kube-apiserver, kube-controller-manager and etcd as
 //! one Pod (from a locally built image of the source-built binaries; no registry is
 //! reachable here), becomes Ready, hands out a kubeconfig Secret that works, and the
-//! tenant's Pods run on the real node. Deleting the TenantCluster removes it all.
+//! tenant's Pods run on the real node; in it, tenantplane's webhook refuses the
+//! tenant's writes to fromHost copies. Deleting the TenantCluster removes it all.
 //! Needs root; skipped with a message otherwise.
 
 // Tests assert by panicking.
@@ -16,11 +17,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, Secret, Service};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use kube::{Api, Client};
 use real_node_common::{kubectl, tenancy_defaults};
 use serde_json::json;
-use tenantplane_api::TenantCluster;
+use tenantplane_api::{SyncPolicy, SyncPolicySpec, TenantCluster};
 use tenantplane_testenv::node::image::Image;
 use tenantplane_testenv::node::{NODE_IP, SERVICE_CIDR};
 use tenantplane_testenv::{RealNode, TestEnv};
@@ -97,6 +100,13 @@ where
     .unwrap();
 }
 
+fn storage_class() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.k8s.io", "v1", "StorageClass"),
+        "storageclasses",
+    )
+}
+
 fn ready(tc: &TenantCluster) -> bool {
     tc.status.as_ref().is_some_and(|s| {
         s.conditions
@@ -153,6 +163,53 @@ async fn a_provisioned_k8s_control_plane_runs_as_a_pod_and_its_tenant_pods_run_o
     )
     .await;
     tenancy_defaults(&host, HOST_NS).await;
+    // A host StorageClass the tenant sees read-only (fromHost).
+    create(
+        &Api::<DynamicObject>::all_with(host.clone(), &storage_class()),
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+               "metadata": {"name": "fast"}, "provisioner": "example.com/none"}),
+    )
+    .await;
+    let mut resources = serde_json::to_value(SyncPolicySpec::default_policy().resources).unwrap();
+    resources.as_array_mut().unwrap().push(
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "direction": "fromHost"}),
+    );
+    Api::<SyncPolicy>::all(host.clone())
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resources": resources}})),
+        )
+        .await
+        .unwrap();
+
+    // tenantplane's webhook server where the control-plane Pod reaches it: on the
+    // node's address, with a certificate for it.
+    let port = std::net::TcpListener::bind((NODE_IP, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let issued = env.ca().issue(&[NODE_IP]).unwrap();
+    let (cert, key, ca) = (
+        env.root().join("webhook.crt"),
+        env.root().join("webhook.key"),
+        env.root().join("webhook-ca.crt"),
+    );
+    std::fs::write(&cert, &issued.cert_pem).unwrap();
+    std::fs::write(&key, &issued.key_pem).unwrap();
+    std::fs::write(&ca, env.ca().cert_pem()).unwrap();
+    let _webhook = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+        .args(["webhook", "--listen", &format!("{NODE_IP}:{port}")])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run tenantplane webhook");
     let tcs: Api<TenantCluster> = Api::namespaced(host.clone(), HOST_NS);
     create(
         &tcs,
@@ -174,6 +231,12 @@ async fn a_provisioned_k8s_control_plane_runs_as_a_pod_and_its_tenant_pods_run_o
         .arg(host_server.kubeconfig_path())
         .args(["--listen", &metrics, "--service-cidr", SERVICE_CIDR])
         .args(["--no-tenant-dns", "--workers", "4"])
+        .args([
+            "--tenant-webhook-url",
+            &format!("https://{NODE_IP}:{port}/from-host"),
+        ])
+        .arg("--tenant-webhook-ca-file")
+        .arg(&ca)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .kill_on_drop(true)
@@ -246,6 +309,95 @@ async fn a_provisioned_k8s_control_plane_runs_as_a_pod_and_its_tenant_pods_run_o
         matches!(&denied, Err(kube::Error::Api(s)) if s.code == 403),
         "{denied:?}"
     );
+
+    // The host StorageClass is in the tenant, read-only: the syncer (its own
+    // identity) writes the copy, the tenant's edits and deletes are refused at
+    // admission by tenantplane's webhook, which the controller registered.
+    until(
+        "the fromHost StorageClass in the tenant",
+        &hk,
+        &log,
+        || async {
+            kubectl(&tk, &["get", "storageclass", "fast", "-o", "name"])
+                .await
+                .ok()
+        },
+    )
+    .await;
+    let read_only =
+        "StorageClass fast is a read-only copy of host StorageClass.storage.k8s.io fast";
+    // Until the webhook answers, an edit goes through (and is reverted): poll.
+    let refused = until(
+        "the tenant's edit refused at admission",
+        &hk,
+        &log,
+        || async {
+            kubectl(
+                &tk,
+                &["label", "--overwrite", "storageclass", "fast", "edited=yes"],
+            )
+            .await
+            .err()
+            .filter(|e| e.contains(read_only))
+        },
+    )
+    .await;
+    assert!(refused.contains("denied the request"), "{refused}");
+    let delete = kubectl(&tk, &["delete", "storageclass", "fast"]).await;
+    assert!(
+        delete.as_ref().is_err_and(|e| e.contains(read_only)),
+        "{delete:?}"
+    );
+    // A forged copy is refused too.
+    kubectl(&tk, &["create", "configmap", "mine"])
+        .await
+        .unwrap();
+    let forged = kubectl(
+        &tk,
+        &[
+            "label",
+            "configmap",
+            "mine",
+            "tenantplane.io/from-host=true",
+        ],
+    )
+    .await;
+    assert!(
+        forged
+            .as_ref()
+            .is_err_and(|e| e.contains("only tenantplane sets it")),
+        "{forged:?}"
+    );
+    // The host's change still reaches the copy: the syncer passes the webhook.
+    Api::<DynamicObject>::all_with(host.clone(), &storage_class())
+        .patch(
+            "fast",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": "gold"}}})),
+        )
+        .await
+        .unwrap();
+    until(
+        "the host's change in the tenant copy",
+        &hk,
+        &log,
+        || async {
+            let tier = kubectl(
+                &tk,
+                &[
+                    "get",
+                    "storageclass",
+                    "fast",
+                    "-o",
+                    "jsonpath={.metadata.labels.tier}",
+                ],
+            )
+            .await
+            .ok()?;
+            (tier == "gold").then_some(())
+        },
+    )
+    .await;
 
     // The tenant's own controllers run: its `default` ServiceAccount appears.
     until("the tenant's default ServiceAccount", &hk, &log, || async {

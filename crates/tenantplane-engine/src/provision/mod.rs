@@ -81,6 +81,7 @@ use tenantplane_core::versions::{self, SupportedVersion};
 
 mod k8s;
 mod serving;
+pub mod tenant_webhook;
 
 use crate::decisions::MANAGER;
 use crate::deletion::exactly;
@@ -108,6 +109,7 @@ const KEY_CA_CERT: &str = "server-ca.crt";
 const KEY_CA_KEY: &str = "server-ca.key";
 const KEY_KUBELET_CERT: &str = "kubelet-client.crt";
 const KEY_KUBELET_KEY: &str = "kubelet-client.key";
+const KEY_SYNCER_TOKEN: &str = "syncer-token";
 /// Where k3s' API server finds the client certificate it presents to kubelets
 /// (tenantplane's kubelet endpoint, which knows the tenant by its fingerprint).
 const KUBELET_CLIENT_DIR: &str = "/etc/tenantplane/kubelet-client";
@@ -193,11 +195,34 @@ pub enum ControlPlaneState {
         /// cluster DNS (it may run outside the cluster, or while the host's DNS is
         /// down). `None` until the Service has its address.
         service_url: Option<String>,
+        /// The syncer's own credential for this control plane ([`SYNCER_USER`]), so the
+        /// tenant's admission can tell tenantplane's writes from the tenant's.
+        /// `None` in bootstraps made before it existed: the syncer then uses the
+        /// admin token of the kubeconfig, and no fromHost webhook is registered.
+        syncer_token: Option<SyncerToken>,
     },
     /// `spec.controlPlane.external` is set: nothing is provisioned (and what was
     /// provisioned before is removed).
     External { kubeconfig_secret: SecretKeyRef },
 }
+
+/// A bearer token that never appears in logs or `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SyncerToken(String);
+
+impl SyncerToken {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SyncerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SyncerToken(<redacted>)")
+    }
+}
+
+pub use tenantplane_core::from_host_admission::SYNCER_USER;
 
 /// Failures talking to the host or building objects; each is retried.
 #[derive(Debug, thiserror::Error)]
@@ -652,6 +677,7 @@ pub async fn ensure_control_plane_with(
         endpoint,
         external_endpoint,
         service_url,
+        syncer_token: bootstrap.syncer_token.map(SyncerToken),
     })
 }
 
@@ -815,6 +841,8 @@ struct Bootstrap {
     /// The first key the `k8s` distro needs that this bootstrap lacks (one made
     /// by an older tenantplane, for k3s).
     missing_for_k8s: Option<&'static str>,
+    /// The syncer's token (absent in bootstraps made before it existed).
+    syncer_token: Option<String>,
 }
 
 /// The keys the `k8s` distro reads from the bootstrap Secret besides k3s' ones.
@@ -862,6 +890,7 @@ async fn ensure_bootstrap(
             admin_token: text(KEY_ADMIN_TOKEN)?,
             kubelet_cert_pem,
             ca_key_pem: text(KEY_CA_KEY).ok(),
+            syncer_token: text(KEY_SYNCER_TOKEN).ok(),
             missing_for_k8s: K8S_BOOTSTRAP_KEYS
                 .into_iter()
                 .find(|key| !data.contains_key(*key)),
@@ -874,10 +903,12 @@ async fn ensure_bootstrap(
         names.namespace, names.tenant
     ))?;
     let controller_manager_token = random_hex(32)?;
-    // token,user,uid[,"groups"]: the admin is in system:masters; the controller
-    // manager (distro k8s) gets what default RBAC grants its user.
+    let syncer_token = random_hex(32)?;
+    // token,user,uid[,"groups"]: the admin and the syncer are in system:masters;
+    // the controller manager (distro k8s) gets what default RBAC grants its user.
     let tokens_csv = format!(
         "{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n\
+         {syncer_token},{SYNCER_USER},{SYNCER_USER},\"system:masters\"\n\
          {controller_manager_token},{user},{user}\n",
         user = k8s::CONTROLLER_MANAGER_USER
     );
@@ -914,6 +945,7 @@ async fn ensure_bootstrap(
                     k8s::controller_manager_kubeconfig(&controller_manager_token),
                 ),
                 (k8s::KEY_CONTROLLER_MANAGER_TOKEN, controller_manager_token),
+                (KEY_SYNCER_TOKEN, syncer_token.clone()),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
@@ -931,6 +963,7 @@ async fn ensure_bootstrap(
         kubelet_cert_pem: Some(kubelet_cert_pem),
         ca_key_pem: Some(ca_key_pem),
         missing_for_k8s: None,
+        syncer_token: Some(syncer_token),
     }))
 }
 
@@ -1551,6 +1584,7 @@ mod tests {
                 kubelet_cert_pem: None,
                 ca_key_pem: None,
                 missing_for_k8s: None,
+                syncer_token: None,
             },
         );
         let config = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();

@@ -96,6 +96,7 @@ impl World {
                 address: "127.0.0.1".into(),
                 port: endpoint.port(),
             }),
+            tenant_webhook: None,
         };
         let controller = tokio::spawn(controller::run_with_routes(
             config,
