@@ -503,8 +503,21 @@ async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_n
             "tenantplane-controller" => {
                 assert_eq!(
                     container["args"],
-                    json!(["controller", "--leader-elect", "--log-format=json"])
+                    json!([
+                        "controller",
+                        "--leader-elect",
+                        "--log-format=json",
+                        "--tenant-webhook-url=https://tenantplane-webhook.tenantplane-system.svc:443/from-host",
+                        "--tenant-webhook-ca-file=/webhook-ca/ca.crt"
+                    ])
                 );
+                // The webhook's CA reaches the controller, its key never does.
+                assert_eq!(
+                    pod["volumes"],
+                    json!([{"name": "webhook-ca", "secret": {"secretName": "tenantplane-webhook-tls",
+                            "items": [{"key": "ca.crt", "path": "ca.crt"}]}}])
+                );
+                assert_eq!(container["volumeMounts"][0]["mountPath"], "/webhook-ca");
                 assert_eq!(probes.0["path"], "/healthz");
                 assert_eq!(probes.1["path"], "/readyz");
                 assert_eq!(container["ports"][0]["containerPort"], 8080);
