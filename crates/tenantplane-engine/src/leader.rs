@@ -2,16 +2,21 @@
 //! replicas never both write.
 //!
 //! The holder renews the Lease every `renew_every`; a candidate takes it over only
-//! once `renewTime + leaseDurationSeconds` has passed. A leader that has not renewed
-//! within `renew_deadline` (shorter than the lease duration) stops its work before
-//! any other replica may start: the two never overlap.
+//! once it has seen the Lease unchanged for `leaseDurationSeconds` of its *own*
+//! clock (as client-go does): the holder's `renewTime` is never compared with the
+//! local clock, so clocks that disagree cannot make a live lease look expired. A
+//! leader that has not renewed within `renew_deadline` (shorter than the lease
+//! duration) stops its work before any other replica may start: the two never
+//! overlap.
 
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
@@ -44,6 +49,32 @@ impl LeaseConfig {
     }
 }
 
+/// When this replica last saw the Lease change, by its own monotonic clock. A
+/// Lease is a record of who holds it and when they renewed; any write changes its
+/// resourceVersion, so "unchanged" is "same resourceVersion".
+#[derive(Debug, Default)]
+pub struct LeaseObserver {
+    seen: Option<(String, Instant)>,
+}
+
+impl LeaseObserver {
+    /// Records the Lease at `resource_version`, read at `now`, and says whether its
+    /// holder's term has run out: unchanged for at least `duration` since this
+    /// replica first saw this version. A version seen for the first time is never
+    /// expired (the holder may have renewed just now, whatever its clock says).
+    pub fn expired(&mut self, resource_version: &str, now: Instant, duration: Duration) -> bool {
+        match &self.seen {
+            Some((version, since)) if version == resource_version => {
+                now.saturating_duration_since(*since) >= duration
+            }
+            _ => {
+                self.seen = Some((resource_version.to_owned(), now));
+                false
+            }
+        }
+    }
+}
+
 /// Whether the lease went to us, and its resourceVersion for the next renewal.
 enum Attempt {
     Acquired,
@@ -63,8 +94,9 @@ pub async fn run_as_leader<F, Fut>(
 {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let mut announced_other = None;
+    let mut observer = LeaseObserver::default();
     while !shutdown.is_cancelled() {
-        match try_acquire(&api, &config).await {
+        match try_acquire(&api, &config, &mut observer).await {
             Ok(Attempt::Acquired) => {
                 tracing::info!(lease = %config.name, holder = %config.holder, "became leader");
                 announced_other = None;
@@ -76,7 +108,7 @@ pub async fn run_as_leader<F, Fut>(
                         _ = shutdown.cancelled() => break,
                         _ = tokio::time::sleep(config.renew_every) => {}
                     }
-                    match try_acquire(&api, &config).await {
+                    match try_acquire(&api, &config, &mut observer).await {
                         Ok(Attempt::Acquired) => last_renewed = tokio::time::Instant::now(),
                         Ok(Attempt::HeldByOther(holder)) => {
                             tracing::warn!(%holder, "lost the lease to another replica");
@@ -124,7 +156,12 @@ fn lease_seconds(config: &LeaseConfig) -> i32 {
 
 /// Takes or renews the lease. Every write carries the read resourceVersion, so two
 /// candidates racing for an expired lease cannot both win.
-async fn try_acquire(api: &Api<Lease>, config: &LeaseConfig) -> Result<Attempt, kube::Error> {
+async fn try_acquire(
+    api: &Api<Lease>,
+    config: &LeaseConfig,
+    observer: &mut LeaseObserver,
+) -> Result<Attempt, kube::Error> {
+    // Written into the Lease for people and other tools; never compared.
     let now = Timestamp::now();
     let Some(mut lease) = api.get_opt(&config.name).await? else {
         let lease = Lease {
@@ -153,15 +190,11 @@ async fn try_acquire(api: &Api<Lease>, config: &LeaseConfig) -> Result<Attempt, 
     let spec = lease.spec.clone().unwrap_or_default();
     let holder = spec.holder_identity.clone().unwrap_or_default();
     let ours = holder == config.holder;
-    let duration = SignedDuration::from_secs(i64::from(
-        spec.lease_duration_seconds.unwrap_or(lease_seconds(config)),
-    ));
-    let expired = spec.renew_time.as_ref().is_none_or(|renewed| {
-        renewed
-            .0
-            .checked_add(duration)
-            .is_ok_and(|until| until < now)
-    });
+    let duration = Duration::from_secs(
+        u64::try_from(spec.lease_duration_seconds.unwrap_or(lease_seconds(config))).unwrap_or(0),
+    );
+    let version = lease.metadata.resource_version.clone().unwrap_or_default();
+    let expired = observer.expired(&version, Instant::now(), duration);
     if !ours && !expired && !holder.is_empty() {
         return Ok(Attempt::HeldByOther(holder));
     }
@@ -211,5 +244,35 @@ async fn release(api: &Api<Lease>, config: &LeaseConfig) {
         .await
     {
         tracing::warn!(%err, "could not release the lease; it expires by itself");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TERM: Duration = Duration::from_secs(15);
+
+    #[test]
+    fn a_lease_expires_only_after_a_term_of_local_time_without_change() {
+        let start = Instant::now();
+        let mut observer = LeaseObserver::default();
+        // First sight: never expired, whatever renewTime says (the holder's clock
+        // may be an hour behind ours; it is not read).
+        assert!(!observer.expired("10", start, TERM));
+        assert!(!observer.expired("10", start + TERM - Duration::from_millis(1), TERM));
+        assert!(observer.expired("10", start + TERM, TERM));
+    }
+
+    #[test]
+    fn a_renewal_starts_the_term_again() {
+        let start = Instant::now();
+        let mut observer = LeaseObserver::default();
+        assert!(!observer.expired("10", start, TERM));
+        // Renewed (a new version) just before the term ran out.
+        let renewed = start + TERM - Duration::from_secs(1);
+        assert!(!observer.expired("11", renewed, TERM));
+        assert!(!observer.expired("11", start + TERM + Duration::from_secs(5), TERM));
+        assert!(observer.expired("11", renewed + TERM, TERM));
     }
 }
