@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::ExponentialBackoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
@@ -60,37 +61,17 @@ pub use problems::{ConflictedObjects, ObjectProblems, ServiceCidrMismatches};
 pub use two_way::TwoWaySettings;
 
 /// Watch retries: quick at first and capped at a few seconds (kube's default grows
-/// to 30s), so a tenant API server that comes back is seen again promptly.
-#[derive(Debug)]
-struct WatchBackoff {
-    next: Duration,
-}
-
-impl WatchBackoff {
-    const FIRST: Duration = Duration::from_millis(200);
-    const MAX: Duration = Duration::from_secs(3);
-}
-
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        Self { next: Self::FIRST }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let current = self.next;
-        self.next = (current * 2).min(Self::MAX);
-        Some(current)
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
+/// to 30s), so a tenant API server that comes back is seen again promptly; with
+/// jitter, so the watches of every tenant do not all retry in the same instant
+/// after a host API server restarts.
+fn watch_backoff() -> ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(3))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
 }
 
 /// A tenant object's key: its virtual namespace and name.
@@ -275,7 +256,7 @@ impl KindSyncer {
             let s = Arc::clone(&syncer);
             let stream = reflector::reflector(
                 tenant_writer,
-                watcher(tenant_api, watcher::Config::default()).backoff(WatchBackoff::default()),
+                watcher(tenant_api, watcher::Config::default()).backoff(watch_backoff()),
             )
             .boxed();
             tasks.spawn(async move {
@@ -289,7 +270,7 @@ impl KindSyncer {
             let config = watcher::Config::default().labels(&selector);
             let stream = reflector::reflector(
                 host_writer,
-                watcher(host_api, config).backoff(WatchBackoff::default()),
+                watcher(host_api, config).backoff(watch_backoff()),
             )
             .boxed();
             tasks.spawn(async move { s.watch("host", stream, Self::key_of_host, false).await });
@@ -1029,13 +1010,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn watch_retries_start_fast_cap_low_and_reset() {
-        let mut backoff = WatchBackoff::default();
-        let delays: Vec<Duration> = backoff.by_ref().take(6).collect();
-        assert_eq!(delays[0], Duration::from_millis(200));
-        assert_eq!(delays[1], Duration::from_millis(400));
-        assert_eq!(delays[5], Duration::from_secs(3));
+    fn watch_retries_start_fast_cap_low_reset_and_differ_between_watches() {
+        let mut backoff = watch_backoff();
+        let delays: Vec<Duration> = backoff.by_ref().take(8).collect();
+        // 200 ms, 400 ms, ... capped at 3 s, each plus a jitter below its own size.
+        assert!(delays[0] >= Duration::from_millis(200), "{delays:?}");
+        assert!(delays[0] < Duration::from_millis(400), "{delays:?}");
+        assert!(
+            delays.iter().all(|d| *d < Duration::from_secs(6)),
+            "{delays:?}"
+        );
+        assert!(delays[7] >= Duration::from_secs(3), "{delays:?}");
         backoff.reset();
-        assert_eq!(backoff.next(), Some(Duration::from_millis(200)));
+        assert!(
+            backoff
+                .next()
+                .is_some_and(|d| d < Duration::from_millis(400))
+        );
+        // Two watches retrying after the same outage do not wait alike.
+        let other: Vec<Duration> = watch_backoff().take(8).collect();
+        assert_ne!(delays, other);
     }
 }

@@ -24,7 +24,7 @@ use tenantplane_core::transform::dependency_to_host;
 
 use super::outage::{is_unreachable, released_reason};
 use super::pod::{get_value, str_at, string_list};
-use super::{Key, KindSyncer, SyncError, WatchBackoff};
+use super::{Key, KindSyncer, SyncError, watch_backoff};
 use crate::deletion::{delete_exact, exactly};
 
 /// Marks tenant objects carrying [`FINALIZER`] as dependencies, for the watch.
@@ -140,9 +140,7 @@ impl KindSyncer {
         let Ok(path) = self.pod_path() else { return };
         let api: Api<DynamicObject> = Api::all_with(self.ctx.tenant.clone(), &resource(kind));
         let config = watcher::Config::default().labels(&selector());
-        let mut stream = watcher(api, config)
-            .backoff(WatchBackoff::default())
-            .boxed();
+        let mut stream = watcher(api, config).backoff(watch_backoff()).boxed();
         while let Some(event) = stream.next().await {
             match event {
                 Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj))

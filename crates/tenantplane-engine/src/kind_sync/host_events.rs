@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::pod::{get_value, str_at};
-use super::{SyncContext, WatchBackoff, post_params, typed_value};
+use super::{SyncContext, post_params, typed_value, watch_backoff};
 use crate::fairness::WriteBudget;
 use crate::metrics::OutcomeLabels;
 
@@ -142,7 +142,7 @@ pub async fn watch_host_events(ctx: Arc<SyncContext>, cancel: CancellationToken)
     });
     let api: Api<Event> = Api::namespaced(ctx.host.clone(), &ctx.target.host_namespace);
     let mut stream = watcher(api, watcher::Config::default())
-        .backoff(WatchBackoff::default())
+        .backoff(watch_backoff())
         .applied_objects()
         .boxed();
     let copy_all = async {

@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::selectors::TenantNamespaces;
 
-use super::{KindSyncer, WatchBackoff};
+use super::{KindSyncer, watch_backoff};
 
 /// Whether host copies of `group_kind` depend on the tenant's namespaces.
 pub(super) fn needs_namespaces(group_kind: &GroupKind) -> bool {
@@ -59,7 +59,7 @@ impl KindSyncer {
         let api: Api<DynamicObject> = Api::all_with(tenant, &namespace_resource());
         let mut stream = reflector::reflector(
             writer,
-            watcher(api, watcher::Config::default()).backoff(WatchBackoff::default()),
+            watcher(api, watcher::Config::default()).backoff(watch_backoff()),
         )
         .boxed();
         while let Some(event) = stream.next().await {

@@ -19,7 +19,7 @@ use tenantplane_core::services::endpoints::{
 };
 
 use super::pod::{get_value, str_at};
-use super::{Key, KindSyncer, SyncError, WatchBackoff, post_params};
+use super::{Key, KindSyncer, SyncError, post_params, watch_backoff};
 
 fn endpoints_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Endpoints"))
@@ -44,8 +44,7 @@ impl KindSyncer {
         let selector = host_selector(&self.ctx.target.tenant, &self.group_kind);
         let stream = reflector::reflector(
             writer,
-            watcher(api, watcher::Config::default().labels(&selector))
-                .backoff(WatchBackoff::default()),
+            watcher(api, watcher::Config::default().labels(&selector)).backoff(watch_backoff()),
         )
         .boxed();
         self.watch("host endpoints", stream, Self::key_of_host_endpoints, false)
