@@ -110,10 +110,36 @@ struct RunningEngine {
     endpoint: String,
 }
 
+/// One TenantCluster's engine, when it runs. Its lock is held while that engine
+/// starts or stops (network I/O), which delays no other TenantCluster.
+type EngineSlot = Arc<Mutex<Option<RunningEngine>>>;
+
 struct Context {
     config: ControllerConfig,
     routes: DecisionRoutes,
-    engines: Mutex<HashMap<(String, String), RunningEngine>>,
+    /// Locked only to find, add or remove a slot, never across I/O.
+    engines: std::sync::Mutex<HashMap<(String, String), EngineSlot>>,
+}
+
+impl Context {
+    fn slot(&self, key: &(String, String)) -> EngineSlot {
+        let mut engines = self
+            .engines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(engines.entry(key.clone()).or_default())
+    }
+
+    fn take_slots(&self, key: Option<&(String, String)>) -> Vec<EngineSlot> {
+        let mut engines = self
+            .engines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match key {
+            Some(key) => engines.remove(key).into_iter().collect(),
+            None => engines.drain().map(|(_, slot)| slot).collect(),
+        }
+    }
 }
 
 /// Runs the controller until `shutdown` fires; then stops every engine.
@@ -133,7 +159,7 @@ pub async fn run_with_routes(
     let ctx = Arc::new(Context {
         config,
         routes,
-        engines: Mutex::new(HashMap::new()),
+        engines: std::sync::Mutex::new(HashMap::new()),
     });
     // ResourcePools are independent of TenantClusters: their own loop, same lifetime.
     let pools = tokio::spawn(crate::pools::run(
@@ -177,10 +203,11 @@ pub async fn run_with_routes(
         .run(reconcile, error_policy, Arc::clone(&ctx))
         .for_each(|_| futures::future::ready(()))
         .await;
-    let mut engines = ctx.engines.lock().await;
     ctx.routes.clear();
-    for (_, running) in engines.drain() {
-        stop(running).await;
+    for slot in ctx.take_slots(None) {
+        if let Some(running) = slot.lock().await.take() {
+            stop(running).await;
+        }
     }
     // `shutdown` has fired, so the pool loop is ending too.
     let _ = pools.await;
@@ -486,7 +513,8 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
     {
         tracing::warn!(tenant = %name, namespace = %namespace, %error, "tenant DNS not applied");
     }
-    let mut engines = ctx.engines.lock().await;
+    let slot = ctx.slot(&key);
+    let mut engine_slot = slot.lock().await;
     let mut status = tc.status.clone().unwrap_or_default();
     let mut conditions = ConditionSet::new(&status.conditions, tc.metadata.generation);
     if let Some(isolation) = &isolation {
@@ -519,7 +547,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
             // An unreachable tenant keeps its engine: its watches retry and it
             // converges as soon as the server answers again.
             if blocker.reason != "TenantUnreachable"
-                && let Some(running) = engines.remove(&key)
+                && let Some(running) = engine_slot.take()
             {
                 ctx.routes.remove(&namespace, &name);
                 stop(running).await;
@@ -572,11 +600,11 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 "uid": tc.uid(),
                 "nodes": tc.spec.nodes.mode.as_str(),
             }));
-            let restart = engines
-                .get(&key)
+            let restart = engine_slot
+                .as_ref()
                 .is_none_or(|r| r.fingerprint != fingerprint);
             if restart {
-                if let Some(old) = engines.remove(&key) {
+                if let Some(old) = engine_slot.take() {
                     ctx.routes.remove(&namespace, &name);
                     stop(old).await;
                 }
@@ -631,17 +659,14 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 )
                 .await;
                 tracing::info!(tenant = %name, namespace = %namespace, kinds = engine.kinds.len(), "sync engine started");
-                engines.insert(
-                    key.clone(),
-                    RunningEngine {
-                        fingerprint,
-                        engine,
-                        recorder,
-                        endpoint: resolved.endpoint.clone(),
-                    },
-                );
+                *engine_slot = Some(RunningEngine {
+                    fingerprint,
+                    engine,
+                    recorder,
+                    endpoint: resolved.endpoint.clone(),
+                });
             }
-            let running = engines.get(&key);
+            let running = engine_slot.as_ref();
             let (synced, problems) = running.map_or((false, Vec::new()), |r| {
                 (r.engine.synced(), r.engine.problems())
             });
@@ -736,7 +761,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
             }
         }
     };
-    drop(engines);
+    drop(engine_slot);
     status.observed_generation = tc.metadata.generation;
     status.conditions = conditions.into_vec();
     write_status(tc, &namespace, status, host).await?;
@@ -769,12 +794,11 @@ async fn write_status(
 async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileError> {
     let namespace = tc.namespace().ok_or(ReconcileError::NoNamespace)?;
     let name = tc.name_any();
-    if let Some(running) = ctx
-        .engines
-        .lock()
-        .await
-        .remove(&(namespace.clone(), name.clone()))
-    {
+    let mut running = None;
+    for slot in ctx.take_slots(Some(&(namespace.clone(), name.clone()))) {
+        running = running.or(slot.lock().await.take());
+    }
+    if let Some(running) = running {
         ctx.routes.remove(&namespace, &name);
         let tenant = running.engine.tenant.clone();
         stop(running).await;

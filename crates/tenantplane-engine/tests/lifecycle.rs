@@ -979,3 +979,120 @@ async fn a_provisioned_control_plane_goes_through_its_phases() {
     }
     controller.stop().await;
 }
+
+/// A plain-HTTP "API server" that answers `/version` and then never answers
+/// anything else (a hung aggregated API, a stuck proxy), until `release` fires.
+/// Returns its URL and how many other requests it has held.
+async fn stuck_api_server(
+    release: tokio_util::sync::CancellationToken,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let held = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&held);
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = tokio::select! {
+                accepted = listener.accept() => match accepted { Ok(a) => a, Err(_) => return },
+                () = release.cancelled() => return,
+            };
+            let (release, counter) = (release.clone(), Arc::clone(&counter));
+            tokio::spawn(async move {
+                let mut buffer = Vec::new();
+                loop {
+                    let mut chunk = [0u8; 4096];
+                    let read = tokio::select! {
+                        read = socket.read(&mut chunk) => read.unwrap_or(0),
+                        () = release.cancelled() => return,
+                    };
+                    if read == 0 {
+                        return;
+                    }
+                    buffer.extend_from_slice(&chunk[..read]);
+                    let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buffer[..end]).to_string();
+                    buffer.drain(..end + 4);
+                    let path = head.split_whitespace().nth(1).unwrap_or_default();
+                    if path.starts_with("/version") {
+                        let body = r#"{"major":"1","minor":"20","gitVersion":"v1.20.2","gitCommit":"x","gitTreeState":"clean","buildDate":"2021-01-01T00:00:00Z","goVersion":"go1.15","compiler":"gc","platform":"linux/amd64"}"#;
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if socket.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    } else {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        // Held open, unanswered, until released.
+                        release.cancelled().await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, held)
+}
+
+/// A tenant API server that answers `/version` and then hangs keeps its own
+/// TenantCluster's engine starting, and delays no other TenantCluster: no lock is
+/// held across one tenant's network I/O.
+#[tokio::test]
+async fn a_tenant_stuck_while_its_engine_starts_delays_no_other_tenant() {
+    use std::sync::atomic::Ordering;
+
+    let h = Harness::start().await;
+    let release = tokio_util::sync::CancellationToken::new();
+    let (url, held) = stuck_api_server(release.clone()).await;
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: stuck\n  cluster:\n    server: {url}\nusers:\n- name: anyone\n  user: {{}}\ncontexts:\n- name: stuck\n  context:\n    cluster: stuck\n    user: anyone\ncurrent-context: stuck\n"
+    );
+    kubeconfig_secret(&h.host, HOST_NS, "stuck-kubeconfig", &kubeconfig).await;
+    // A fromHost kind: starting the engine reads the tenant's discovery.
+    create(
+        &h.host,
+        json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "SyncPolicy", "metadata": {"name": "stuck"},
+               "spec": {"resources": [
+                   {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "direction": "fromHost"},
+                   {"apiVersion": "v1", "kind": "ConfigMap", "direction": "toHost"}]}}),
+    )
+    .await;
+    let controller = Controller::start(&h.host).await;
+    create(
+        &h.host,
+        tenant_cluster("stuck", HOST_NS, "fast", "stuck", "stuck-kubeconfig"),
+    )
+    .await;
+    eventually("the stuck tenant's engine starting", || async {
+        (held.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+
+    // While it hangs, another TenantCluster starts and syncs.
+    h.create_dev().await;
+    create(&h.tenant, configmap("default", "app", json!({"k": "v"}))).await;
+    let start = Instant::now();
+    let copies = h.host_api("v1", "ConfigMap");
+    let name = predicted("app", "default", "dev");
+    eventually(
+        "the healthy tenant's ConfigMap on the host while the other hangs",
+        || async { copies.get_opt(&name).await.ok().flatten() },
+    )
+    .await;
+    eprintln!(
+        "healthy tenant synced {:.1} s after its creation, the stuck one still starting",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(held.load(Ordering::SeqCst) > 0);
+
+    // Released: its requests fail, its reconcile ends, the controller stops.
+    release.cancel();
+    controller.stop().await;
+}
