@@ -74,6 +74,17 @@ fn watch_backoff() -> ExponentialBackoff {
         .into()
 }
 
+/// A write refused for one desired state (by its hash), and the Skip recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Refusal {
+    hash: String,
+    reason: String,
+    /// The host API server refused the write itself (422, 403), rather than a
+    /// foreign object holding the name: retried only once the desired state
+    /// changes.
+    refused_by_host: bool,
+}
+
 /// A tenant object's key: its virtual namespace and name.
 pub type Key = (String, String);
 
@@ -160,7 +171,7 @@ pub struct KindSyncer {
     memos: Mutex<HashMap<String, WriteMemo>>,
     /// Per host name: the desired hash a write was refused for, and the Skip
     /// recorded, so neither is repeated while nothing changes.
-    refused: Mutex<HashMap<String, (String, String)>>,
+    refused: Mutex<HashMap<String, Refusal>>,
     /// When each key was first seen changed, for the latency histogram.
     seen_at: Mutex<HashMap<Key, Instant>>,
     attempts: Mutex<HashMap<Key, u32>>,
@@ -522,8 +533,37 @@ impl KindSyncer {
         desired_hash: &str,
         reason: String,
     ) {
+        self.skip_recorded(key, uid, host_name, desired_hash, reason, false);
+    }
+
+    /// [`Self::skip_once`] for a write the host API server itself refused (422,
+    /// 403): it is not sent again until the desired state changes.
+    fn skip_until_changed(
+        &self,
+        key: &Key,
+        uid: Option<String>,
+        host_name: &str,
+        desired_hash: &str,
+        reason: String,
+    ) {
+        self.skip_recorded(key, uid, host_name, desired_hash, reason, true);
+    }
+
+    fn skip_recorded(
+        &self,
+        key: &Key,
+        uid: Option<String>,
+        host_name: &str,
+        desired_hash: &str,
+        reason: String,
+        refused_by_host: bool,
+    ) {
         let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = (desired_hash.to_owned(), reason.clone());
+        let entry = Refusal {
+            hash: desired_hash.to_owned(),
+            reason: reason.clone(),
+            refused_by_host,
+        };
         if refused.get(host_name) == Some(&entry) {
             return;
         }
@@ -691,9 +731,13 @@ impl KindSyncer {
             .get(&host_name)
             .cloned();
         let mut observed = host_obj;
-        if let Some((refused_hash, _)) = &refused
-            && *refused_hash == hash
+        if let Some(refusal) = &refused
+            && refusal.hash == hash
         {
+            if refusal.refused_by_host {
+                // Sending it again would be refused again, on every drift pass.
+                return Ok(());
+            }
             if observed.is_none() {
                 // Refused because a foreign object holds the name: look (a read), and
                 // create only once it is gone.
@@ -796,7 +840,7 @@ impl KindSyncer {
                             .await
                     }
                     Err(kube::Error::Api(status)) if status.code == 422 || status.code == 403 => {
-                        self.skip_once(
+                        self.skip_until_changed(
                             key,
                             uid,
                             &host_name,

@@ -397,3 +397,70 @@ async fn restarting_the_controller_with_nothing_changed_makes_zero_host_writes()
     );
     controller.stop().await;
 }
+
+/// A create the host API server refuses (here: a quota of no ConfigMaps, 403) is
+/// recorded once and
+/// not sent again on later drift passes; a change to the tenant object is tried.
+#[tokio::test]
+async fn a_create_the_host_refuses_is_not_sent_again_until_the_tenant_object_changes() {
+    let h = Harness::start().await;
+    create(
+        &h.host,
+        json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-configmaps", "namespace": HOST_NS},
+               "spec": {"hard": {"count/configmaps": "0"}}}),
+    )
+    .await;
+    // The status a quota controller would compute (none runs here).
+    h.host_api("v1", "ResourceQuota")
+        .patch_status(
+            "no-configmaps",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"hard": {"count/configmaps": "0"}, "used": {"count/configmaps": "0"}}})),
+        )
+        .await
+        .unwrap();
+    let controller = Controller::start(&h.host).await;
+    h.create_dev().await;
+    create(&h.tenant, configmap("default", "app", json!({"k": "v1"}))).await;
+    let refused = eventually("the refusal recorded", || async {
+        h.decisions("dev").await.into_iter().find(|d| {
+            d["tenant"]["name"] == "app"
+                && d["action"] == "Skip"
+                && d["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("the host API server refused it"))
+        })
+    })
+    .await;
+    assert!(
+        refused["reason"].as_str().unwrap().contains("quota"),
+        "{refused}"
+    );
+    let posts = || async {
+        h.host_server
+            .request_counts()
+            .await
+            .unwrap()
+            .writes(Some("configmaps"))
+    };
+    let after_refusal = posts().await;
+    controller.wait_passes("dev", 3).await;
+    assert_eq!(
+        posts().await,
+        after_refusal,
+        "the refused create was sent again on a drift pass"
+    );
+
+    // The tenant changes it: one new attempt (refused again, and recorded again).
+    merge_patch(
+        &h.tenant_api("v1", "ConfigMap", "default"),
+        "app",
+        json!({"data": {"k": "v2"}}),
+    )
+    .await;
+    eventually("the changed object tried", || async {
+        (posts().await > after_refusal).then_some(())
+    })
+    .await;
+    controller.stop().await;
+}

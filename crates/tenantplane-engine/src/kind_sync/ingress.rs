@@ -96,7 +96,7 @@ impl KindSyncer {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         refused
             .get(host_name)
-            .is_none_or(|(_, recorded)| recorded != reason)
+            .is_none_or(|refusal| refusal.reason != reason)
     }
 
     /// Copies each TLS Secret the Ingress names to the host (the Pod dependency

@@ -396,7 +396,7 @@ impl KindSyncer {
         let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         refused
             .get(host_name)
-            .is_none_or(|(_, recorded)| !recorded.ends_with(reason))
+            .is_none_or(|refusal| !refusal.reason.ends_with(reason))
     }
 
     /// A Warning Event on the tenant Pod, where its owner looks.
