@@ -112,7 +112,7 @@ pub fn project(observed: &Value, desired: &Value) -> Value {
 pub fn digest(value: &Value) -> String {
     let bytes = serde_json::to_vec(value).unwrap_or_default();
     let hash = Sha256::digest(&bytes);
-    hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    crate::hex::short_hex(hash, 8)
 }
 
 /// Whether two strings are the same Kubernetes quantity written differently

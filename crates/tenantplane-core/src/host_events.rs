@@ -146,12 +146,7 @@ pub fn tenant_event_name(target: &EventTarget, type_: &str, reason: &str, messag
         hasher.update(part.as_bytes());
         hasher.update(b"/");
     }
-    let hex: String = hasher
-        .finalize()
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = crate::hex::short_hex(hasher.finalize(), 8);
     // Object names are at most 253 characters, like Event names: keep room for the hash.
     let prefix: String = target.name.chars().take(253 - 17).collect();
     format!("{prefix}.{hex}")

@@ -8,6 +8,7 @@ pub mod dns;
 pub mod explain;
 pub mod from_host;
 pub mod from_host_admission;
+pub mod hex;
 pub mod host_events;
 pub mod isolation;
 pub mod kinds;

@@ -104,12 +104,7 @@ pub fn identity_hash(source: &SourceName<'_>) -> String {
     hasher.update(source.virtual_namespace.as_bytes());
     hasher.update(b"/");
     hasher.update(source.tenant.as_bytes());
-    let digest = hasher.finalize();
-    digest
-        .iter()
-        .take(HASH_HEX_LEN / 2)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::hex::short_hex(hasher.finalize(), HASH_HEX_LEN / 2)
 }
 
 fn count_overlapping(haystack: &str, needle: &str) -> usize {

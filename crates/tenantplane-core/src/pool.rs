@@ -175,7 +175,7 @@ pub fn quota_name(pool: &str) -> String {
         return name;
     }
     let digest = Sha256::digest(pool.as_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let hex = crate::hex::short_hex(digest, 8);
     let mut cut = 253 - 1 - hex.len();
     while !name.is_char_boundary(cut) {
         cut -= 1;

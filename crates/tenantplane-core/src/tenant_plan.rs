@@ -420,12 +420,7 @@ fn short_hash(parts: &[&str]) -> String {
         hasher.update(part.len().to_le_bytes());
         hasher.update(part.as_bytes());
     }
-    hasher
-        .finalize()
-        .iter()
-        .take(6)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::hex::short_hex(hasher.finalize(), 6)
 }
 
 /// `tenantplane-owner-<12 hex>`: stable for one (owner, ClusterRole).

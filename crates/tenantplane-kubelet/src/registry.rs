@@ -32,10 +32,8 @@ impl std::fmt::Display for TenantClusterKey {
 
 /// The lowercase hex SHA-256 of a certificate's DER bytes.
 pub fn fingerprint_der(der: &[u8]) -> String {
-    Sha256::digest(der)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let digest = Sha256::digest(der);
+    tenantplane_core::hex::short_hex(digest, digest.len())
 }
 
 /// Why a PEM text gives no fingerprint.

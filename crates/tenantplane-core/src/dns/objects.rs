@@ -28,7 +28,7 @@ pub fn dns_object_name(tenant: &str) -> String {
         return plain;
     }
     let digest = Sha256::digest(tenant.as_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let hex = crate::hex::short_hex(digest, 8);
     format!("{PREFIX}{hex}")
 }
 

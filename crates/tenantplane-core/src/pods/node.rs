@@ -130,12 +130,7 @@ impl NodeView {
                 hasher.update(self.salt.as_bytes());
                 hasher.update(b"/");
                 hasher.update(host_node.as_bytes());
-                let hex: String = hasher
-                    .finalize()
-                    .iter()
-                    .take(8)
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
+                let hex = crate::hex::short_hex(hasher.finalize(), 8);
                 format!("{VIRTUAL_NODE_PREFIX}{hex}")
             }
         }

@@ -405,7 +405,7 @@ pub fn ingress_claim_name(host: &str) -> String {
     use sha2::{Digest, Sha256};
     let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
     let digest = Sha256::digest(host.as_bytes());
-    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
+    let hex = crate::hex::short_hex(digest, 10);
     format!("ingress-host-{hex}")
 }
 

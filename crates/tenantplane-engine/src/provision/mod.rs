@@ -57,7 +57,6 @@
 //! `ModeSupported=False`).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use base64::Engine as _;
 use k8s_openapi::ByteString;
@@ -1039,11 +1038,7 @@ fn random_hex(bytes: usize) -> Result<String, ProvisionError> {
     ring::rand::SystemRandom::new()
         .fill(&mut buf)
         .map_err(|_| ProvisionError::Random)?;
-    let mut out = String::with_capacity(bytes * 2);
-    for b in buf {
-        let _ = write!(out, "{b:02x}");
-    }
-    Ok(out)
+    Ok(tenantplane_core::hex::short_hex(&buf, bytes))
 }
 
 /// The tenant's kubeconfig (YAML), for the in-cluster endpoint.
