@@ -31,6 +31,7 @@ pub mod tenancy;
 pub mod tenant_admission;
 pub mod tenant_plan;
 pub mod three_way;
+pub mod token_bucket;
 pub mod transform;
 pub mod validation;
 pub mod versions;

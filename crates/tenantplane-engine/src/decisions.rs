@@ -13,6 +13,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tenantplane_core::token_bucket::TokenBucket;
+
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -170,8 +172,7 @@ pub fn start_recorder(config: RecorderConfig) -> (DecisionSender, tokio::task::J
 }
 
 struct EventBudget {
-    tokens: f64,
-    last: Instant,
+    bucket: TokenBucket,
     recent: HashMap<(String, DecisionAction), Instant>,
     suppressed: u64,
 }
@@ -179,29 +180,20 @@ struct EventBudget {
 impl EventBudget {
     fn allow(&mut self, host_name: &str, action: DecisionAction) -> bool {
         let now = Instant::now();
-        self.tokens = (self.tokens
-            + now.duration_since(self.last).as_secs_f64() * EVENTS_PER_SECOND)
-            .min(EVENT_BURST);
-        self.last = now;
         self.recent
             .retain(|_, at| now.duration_since(*at) < HOT_OBJECT_WINDOW);
         let key = (host_name.to_owned(), action);
-        if self.recent.contains_key(&key) || self.tokens < 1.0 {
+        // A hot object is suppressed without spending a token.
+        if self.recent.contains_key(&key) || self.bucket.take(now).is_err() {
             self.suppressed += 1;
             return false;
         }
-        self.tokens -= 1.0;
         self.recent.insert(key, now);
         true
     }
 
     fn take_summary_token(&mut self) -> bool {
-        if self.suppressed > 0 && self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        self.suppressed > 0 && self.bucket.take(Instant::now()).is_ok()
     }
 }
 
@@ -220,8 +212,7 @@ async fn run_recorder(config: RecorderConfig, mut rx: mpsc::UnboundedReceiver<Re
         ..ObjectReference::default()
     };
     let mut budget = EventBudget {
-        tokens: EVENT_BURST,
-        last: Instant::now(),
+        bucket: TokenBucket::full(EVENTS_PER_SECOND, EVENT_BURST, Instant::now()),
         recent: HashMap::new(),
         suppressed: 0,
     };

@@ -7,73 +7,55 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use tenantplane_api::ApiFairness;
+use tenantplane_core::token_bucket::TokenBucket;
 
 pub struct WriteBudget {
-    qps: f64,
-    burst: f64,
-    state: Mutex<(f64, Instant)>,
+    bucket: Mutex<TokenBucket>,
 }
 
 impl WriteBudget {
     pub fn new(fairness: ApiFairness) -> Self {
-        let qps = f64::from(fairness.qps.max(1));
-        let burst = f64::from(fairness.burst.max(1));
         Self {
-            qps,
-            burst,
-            state: Mutex::new((burst, Instant::now())),
+            bucket: Mutex::new(TokenBucket::full(
+                f64::from(fairness.qps),
+                f64::from(fairness.burst),
+                now(),
+            )),
         }
     }
 
+    fn bucket(&self) -> std::sync::MutexGuard<'_, TokenBucket> {
+        self.bucket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     pub fn qps(&self) -> f64 {
-        self.qps
+        self.bucket().per_second()
     }
 
     /// Takes a token if one is there now; `false` when the budget is spent.
     pub fn try_acquire(&self) -> bool {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (tokens, last) = *state;
-        let now = Instant::now();
-        let refilled = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
-        if refilled >= 1.0 {
-            *state = (refilled - 1.0, now);
-            true
-        } else {
-            *state = (refilled, now);
-            false
-        }
+        self.bucket().take(now()).is_ok()
     }
 
     /// Takes a token, waiting for one if the budget is spent. Returns how long it waited.
     pub async fn acquire(&self) -> Duration {
         let start = Instant::now();
         loop {
-            let wait = {
-                let mut state = self
-                    .state
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let (tokens, last) = *state;
-                let now = Instant::now();
-                let refilled =
-                    (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
-                if refilled >= 1.0 {
-                    *state = (refilled - 1.0, now);
-                    None
-                } else {
-                    *state = (refilled, now);
-                    Some(Duration::from_secs_f64((1.0 - refilled) / self.qps))
-                }
-            };
-            match wait {
-                None => return start.elapsed(),
-                Some(wait) => tokio::time::sleep(wait).await,
+            // The guard is dropped before the sleep.
+            let taken = self.bucket().take(now());
+            match taken {
+                Ok(()) => return start.elapsed(),
+                Err(wait) => tokio::time::sleep(wait).await,
             }
         }
     }
+}
+
+/// tokio's clock as a std instant, so paused tests drive the bucket too.
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
 }
 
 #[cfg(test)]
