@@ -296,6 +296,14 @@ struct Resolved {
     secret_version: String,
 }
 
+/// What [`resolve`] uses of a provisioned control plane's Ready state.
+struct Provisioned {
+    endpoint: String,
+    external_endpoint: Option<String>,
+    service_url: Option<String>,
+    syncer_token: Option<crate::provision::SyncerToken>,
+}
+
 /// What resolving found: the isolation verdict (once the profile is known) and
 /// either everything needed to sync or what blocks it.
 struct Resolution {
@@ -361,7 +369,7 @@ async fn resolve(
             Blocker::new("SyncPolicyNotFound", message),
         ));
     };
-    let (secret_ref, endpoints) = match ensure_control_plane_with(host, tc, service_cidr).await? {
+    let (secret_ref, provisioned) = match ensure_control_plane_with(host, tc, service_cidr).await? {
         ControlPlaneState::External { kubeconfig_secret } => (kubeconfig_secret, None),
         ControlPlaneState::Ready {
             kubeconfig_secret,
@@ -371,7 +379,12 @@ async fn resolve(
             syncer_token,
         } => (
             kubeconfig_secret,
-            Some((endpoint, external_endpoint, service_url, syncer_token)),
+            Some(Provisioned {
+                endpoint,
+                external_endpoint,
+                service_url,
+                syncer_token,
+            }),
         ),
         ControlPlaneState::Provisioning { message } => {
             let blocker = Blocker {
@@ -430,21 +443,23 @@ async fn resolve(
     let mut cluster_url = config.cluster_url.to_string();
     // A provisioned control plane is dialled at its Service's address, presenting
     // the Service's DNS name for TLS: no cluster DNS needed (see `service_url`).
-    if let Some((endpoint, _, Some(service_url), _)) = &endpoints
+    if let Some(p) = &provisioned
+        && let Some(service_url) = &p.service_url
         && let Ok(uri) = service_url.parse::<http::Uri>()
     {
         config.cluster_url = uri;
         config.tls_server_name = Some(crate::provision::in_cluster_host(&tc.name_any(), namespace));
-        cluster_url = format!("{endpoint} (dialled at its Service address {service_url})");
+        cluster_url = format!(
+            "{} (dialled at its Service address {service_url})",
+            p.endpoint
+        );
     }
     // The syncer's own identity, so the tenant's admission can tell its writes apart.
-    let syncer_identity = match endpoints.as_ref().and_then(|e| e.3.as_ref()) {
-        Some(token) => {
-            config.auth_info.token = Some(token.expose().to_owned().into());
-            true
-        }
-        None => false,
-    };
+    let syncer_token = provisioned.as_ref().and_then(|p| p.syncer_token.as_ref());
+    if let Some(token) = syncer_token {
+        config.auth_info.token = Some(token.expose().to_owned().into());
+    }
+    let syncer_identity = syncer_token.is_some();
     let config_url = config.cluster_url.to_string();
     let tenant = match Client::try_from(config) {
         Ok(c) => c,
@@ -465,8 +480,8 @@ async fn resolve(
             Blocker::new("TenantUnreachable", message),
         ));
     }
-    let (endpoint, external_endpoint) = match endpoints {
-        Some((endpoint, external_endpoint, _, _)) => (endpoint, external_endpoint),
+    let (endpoint, external_endpoint) = match provisioned {
+        Some(p) => (p.endpoint, p.external_endpoint),
         None => (config_url, None),
     };
     Ok(Resolution {

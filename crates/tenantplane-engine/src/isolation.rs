@@ -484,8 +484,30 @@ pub(crate) async fn converge<K>(
 where
     K: Resource<DynamicType = ()> + Clone + fmt::Debug + Serialize + DeserializeOwned,
 {
+    let live = api
+        .get_opt(name)
+        .await
+        .map_err(|source| ConvergeError::Host {
+            verb: "get",
+            source,
+        })?;
+    converge_live(api, name, live, desired, ours, exact).await
+}
+
+/// [`converge`] from `live`, the object as the caller has just read it (`None`:
+/// absent), for a caller that needs to look at it first.
+pub(crate) async fn converge_live<K>(
+    api: &Api<K>,
+    name: &str,
+    live: Option<K>,
+    desired: Option<&K>,
+    ours: &(dyn Fn(&BTreeMap<String, String>) -> bool + Sync),
+    exact: &[&str],
+) -> Result<ObjectAction, ConvergeError>
+where
+    K: Resource<DynamicType = ()> + Clone + fmt::Debug + Serialize + DeserializeOwned,
+{
     let host_err = |verb| move |source| ConvergeError::Host { verb, source };
-    let live = api.get_opt(name).await.map_err(host_err("get"))?;
     if let Some(live) = &live
         && !ours(live.labels())
     {

@@ -84,7 +84,7 @@ pub mod tenant_webhook;
 
 use crate::decisions::MANAGER;
 use crate::deletion::exactly;
-use crate::isolation::{ConvergeError, ObjectAction, converge};
+use crate::isolation::{ConvergeError, ObjectAction, converge, converge_live};
 
 /// The tenant API server's port (k3s' supervisor and API server).
 pub const CONTROL_PLANE_PORT: i32 = 6443;
@@ -495,12 +495,15 @@ pub async fn ensure_control_plane_with(
 
     let ours = |labels: &BTreeMap<String, String>| names.is_ours(labels);
     let sts_api: Api<StatefulSet> = Api::namespaced(host.clone(), cp_ns);
-    let live_distro = sts_api
+    // Read once: the distro check looks at it, then it is converged from it.
+    let live_sts = sts_api
         .get_opt(&names.cp_name)
         .await
-        .map_err(|e| host_error("StatefulSet", cp_ns, &names.cp_name)("get", e))?
+        .map_err(|e| host_error("StatefulSet", cp_ns, &names.cp_name)("get", e))?;
+    let live_distro = live_sts
+        .as_ref()
         .filter(|live| names.is_ours(live.labels()))
-        .and_then(|live| live_distro(&live));
+        .and_then(live_distro);
     if let Some(live) = live_distro.filter(|live| *live != distro) {
         return Ok(ControlPlaneState::Refused {
             reason: "DistroChangeRefused",
@@ -523,7 +526,15 @@ pub async fn ensure_control_plane_with(
             bootstrap.kubelet_cert_pem.is_some(),
         ),
     )?;
-    let sts_action = match converge(&sts_api, &names.cp_name, Some(&statefulset), &ours, &[]).await
+    let sts_action = match converge_live(
+        &sts_api,
+        &names.cp_name,
+        live_sts,
+        Some(&statefulset),
+        &ours,
+        &[],
+    )
+    .await
     {
         Err(ConvergeError::Host {
             verb: "update",
@@ -604,9 +615,12 @@ pub async fn ensure_control_plane_with(
         .map_err(|e| host_error("Service", cp_ns, &names.cp_name)("get", e))?
         .and_then(|s| s.spec?.cluster_ip)
         .filter(|ip| !ip.is_empty() && ip != "None")
-        .map(|ip| match ip.contains(':') {
-            true => format!("https://[{ip}]:{CONTROL_PLANE_PORT}"),
-            false => format!("https://{ip}:{CONTROL_PLANE_PORT}"),
+        .map(|ip| {
+            if ip.contains(':') {
+                format!("https://[{ip}]:{CONTROL_PLANE_PORT}")
+            } else {
+                format!("https://{ip}:{CONTROL_PLANE_PORT}")
+            }
         });
 
     let endpoint = in_cluster_endpoint(&names.tenant, &names.namespace);
@@ -852,6 +866,30 @@ const K8S_BOOTSTRAP_KEYS: [&str; 4] = [
     k8s::KEY_CONTROLLER_MANAGER_KUBECONFIG,
 ];
 
+/// The control-plane Secret `name` as it stands (`None`: absent), or the state to
+/// report when someone else's Secret holds the name.
+async fn read_our_secret(
+    api: &Api<Secret>,
+    names: &Names,
+    name: &str,
+) -> Result<Result<Option<Secret>, ControlPlaneState>, ProvisionError> {
+    let cp_ns = names.cp_namespace.as_str();
+    let live = api
+        .get_opt(name)
+        .await
+        .map_err(|e| host_error("Secret", cp_ns, name)("get", e))?;
+    match live {
+        Some(live) if !names.is_ours(live.labels()) => Ok(Err(foreign(
+            "Secret",
+            cp_ns,
+            name,
+            &names.tenant,
+            &names.namespace,
+        ))),
+        live => Ok(Ok(live)),
+    }
+}
+
 /// Reads the bootstrap Secret, or generates and creates it. Never updated: k3s'
 /// data on the PVC was made with these credentials.
 async fn ensure_bootstrap(
@@ -861,16 +899,11 @@ async fn ensure_bootstrap(
     let name = bootstrap_name(&names.tenant);
     let cp_ns = names.cp_namespace.as_str();
     let err = host_error("Secret", cp_ns, &name);
-    if let Some(live) = api.get_opt(&name).await.map_err(|e| err("get", e))? {
-        if !names.is_ours(live.labels()) {
-            return Ok(Err(foreign(
-                "Secret",
-                cp_ns,
-                &name,
-                &names.tenant,
-                &names.namespace,
-            )));
-        }
+    let live = match read_our_secret(api, names, &name).await? {
+        Ok(live) => live,
+        Err(state) => return Ok(Err(state)),
+    };
+    if let Some(live) = live {
         let data = live.data.unwrap_or_default();
         let text = |key: &'static str| {
             data.get(key)

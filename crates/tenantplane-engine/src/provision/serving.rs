@@ -11,8 +11,8 @@ use kube::api::ObjectMeta;
 use kube::{Api, ResourceExt};
 
 use super::{
-    ANNOTATION_SERVING_NAMES, ControlPlaneState, Names, ProvisionError, foreign, host_error,
-    post_params, server_ca_common_name, serving_cert, serving_name,
+    ANNOTATION_SERVING_NAMES, ControlPlaneState, Names, ProvisionError, host_error, post_params,
+    read_our_secret, server_ca_common_name, serving_cert, serving_name,
 };
 
 /// What became of the serving Secret.
@@ -36,17 +36,11 @@ pub(super) async fn ensure_serving_secret(
     let cp_ns = names.cp_namespace.as_str();
     let err = host_error("Secret", cp_ns, &name);
     let wanted = sans.join(",");
-    let live = api.get_opt(&name).await.map_err(|e| err("get", e))?;
+    let live = match read_our_secret(api, names, &name).await? {
+        Ok(live) => live,
+        Err(state) => return Ok(Err(state)),
+    };
     if let Some(live) = &live {
-        if !names.is_ours(live.labels()) {
-            return Ok(Err(foreign(
-                "Secret",
-                cp_ns,
-                &name,
-                &names.tenant,
-                &names.namespace,
-            )));
-        }
         let complete = live
             .data
             .as_ref()
