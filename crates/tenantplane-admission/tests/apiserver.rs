@@ -288,18 +288,15 @@ async fn until_message(
     object: &DynamicObject,
     wanted: impl Fn(&str) -> bool,
 ) {
-    let start = Instant::now();
-    loop {
+    tenantplane_testenv::eventually(what, DEADLINE, || async {
         let message = dry_run_message(tcs, object).await;
         if wanted(&message) {
-            return;
+            Ok(())
+        } else {
+            Err(message)
         }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "timed out waiting for {what}; last answer: {message}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Namespace;
@@ -20,7 +20,6 @@ use tenantplane_api::Tenant;
 use tenantplane_testenv::{ApiServerOptions, TestEnv, TestUser};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-const POLL: Duration = Duration::from_millis(100);
 const DENIED_BY: &str = "admission webhook \"namespaces.tenantplane.io\" denied the request";
 const PREFIX_MESSAGE: &str = "namespace \"web\" must start with \"acme-\"";
 const QUOTA_MESSAGE: &str = "Tenant acme may have at most 21 namespaces";
@@ -170,22 +169,11 @@ async fn tenant_owners_namespaces_join_their_tenant_within_a_race_free_quota() {
         dry_run: true,
         ..PostParams::default()
     };
-    let start = Instant::now();
-    loop {
-        match namespaces_as_alice
-            .create(&dry_run, &namespace("web"))
-            .await
-        {
-            Err(kube::Error::Api(status)) if status.message.contains(DENIED_BY) => break,
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(other) => panic!("dry run failed: {other:?}"),
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "the webhook was not consulted within {DEADLINE:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    let web = namespace("web");
+    tenantplane_testenv::until_refused(DENIED_BY, DEADLINE, || {
+        namespaces_as_alice.create(&dry_run, &web)
+    })
+    .await;
 
     // A dry run is admitted but takes no slot.
     let dry = namespaces_as_alice

@@ -11,7 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -35,7 +35,6 @@ use tenantplane_api::{IsolationProfile, Tenant};
 use tenantplane_testenv::{ApiServer, ApiServerOptions, TestEnv, TestUser};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-const POLL: Duration = Duration::from_millis(100);
 const BY_NAMESPACES: &str = "admission webhook \"namespaces.tenantplane.io\" denied the request";
 /// Namespaces that carry (or carried) the tenant label go to the fail-closed webhook.
 const BY_TENANT_NAMESPACES: &str =
@@ -75,24 +74,12 @@ fn assert_refused<T: std::fmt::Debug>(
 
 /// Polls `attempt` until `webhook` refuses it (the API server loads webhook
 /// configurations asynchronously).
-async fn until_refused<F, Fut, T>(webhook: &str, mut attempt: F)
+async fn until_refused<F, Fut, T>(webhook: &str, attempt: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, kube::Error>>,
 {
-    let start = Instant::now();
-    loop {
-        match attempt().await {
-            Err(kube::Error::Api(status)) if status.message.contains(webhook) => return,
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(other) => panic!("request failed: {other:?}"),
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "{webhook} was not consulted within {DEADLINE:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    tenantplane_testenv::until_refused(webhook, DEADLINE, attempt).await;
 }
 
 struct Cluster {
@@ -857,16 +844,20 @@ async fn webhook_rules_cover_exactly_the_protected_paths_and_each_exists() {
             ));
         }
     }
-    let start = Instant::now();
-    loop {
-        // CRDs are served a moment after they are established.
-        let missing = missing_from_discovery(&client, &paths).await;
-        if missing.is_empty() {
-            break;
-        }
-        assert!(start.elapsed() < DEADLINE, "not in discovery: {missing:?}");
-        tokio::time::sleep(POLL).await;
-    }
+    // CRDs are served a moment after they are established.
+    tenantplane_testenv::eventually(
+        "every validated resource in discovery",
+        DEADLINE,
+        || async {
+            let missing = missing_from_discovery(&client, &paths).await;
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(missing)
+            }
+        },
+    )
+    .await;
     // The check catches Capsule's misspelling.
     let misspelt = BTreeSet::from([(String::new(), "namespace/finalize".to_owned())]);
     assert_eq!(
@@ -969,21 +960,19 @@ async fn ingress_hosts_follow_patterns_and_one_tenant_wins_a_host() {
             .await
             .unwrap();
     }
-    let start = Instant::now();
     let limit = tenantplane_admission::ingress_claims::CLAIM_GRACE + DEADLINE;
-    loop {
+    tenantplane_testenv::eventually("the stale claim released", limit, || async {
         match loser_api.create(&pp, &ingress("taken-over", host)).await {
-            Ok(_) => break,
+            Ok(_) => Ok(()),
             Err(kube::Error::Api(status))
-                if status.message.contains("already served by another tenant") => {}
+                if status.message.contains("already served by another tenant") =>
+            {
+                Err(status.message)
+            }
             Err(other) => panic!("{other:?}"),
         }
-        assert!(
-            start.elapsed() < limit,
-            "the stale claim was never released"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    })
+    .await;
     assert_refused(
         winner_api.create(&pp, &ingress("back", host)).await,
         BY_RESOURCES,

@@ -4,7 +4,7 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Namespace;
@@ -89,19 +89,9 @@ async fn pools_keep_their_grants_and_bound_claims_keep_their_shape() {
         dry_run: true,
         ..PostParams::default()
     };
-    let start = Instant::now();
-    loop {
-        match pools.create(&dry_run, &pool(json!({}))).await {
-            Err(kube::Error::Api(s)) if s.message.contains(DENIED_BY) => break,
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(other) => panic!("{other:?}"),
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "the webhook was never consulted"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let empty = pool(json!({}));
+    tenantplane_testenv::until_refused(DENIED_BY, DEADLINE, || pools.create(&dry_run, &empty))
+        .await;
     let message = denial(pools.create(&dry_run, &pool(json!({"cpu": "lots"}))).await);
     assert!(message.contains("spec.quota.hard[cpu]"), "{message}");
 

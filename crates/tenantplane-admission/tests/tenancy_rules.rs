@@ -10,7 +10,7 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -32,7 +32,6 @@ use tenantplane_api::Tenant;
 use tenantplane_testenv::{ApiServerOptions, TestEnv, TestUser};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-const POLL: Duration = Duration::from_millis(100);
 const BY_NAMESPACES: &str = "admission webhook \"namespaces.tenantplane.io\" denied the request";
 /// Same handler, for namespaces whose old or new object has the tenant label.
 const BY_TENANT_NAMESPACES: &str =
@@ -63,26 +62,14 @@ fn assert_refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, webhook: &
     }
 }
 
-/// Polls `attempt` until it is refused by `webhook` (the API server picks up a
-/// webhook configuration asynchronously).
-async fn until_refused<F, Fut, T>(webhook: &str, mut attempt: F)
+/// Polls `attempt` until `webhook` refuses it (the API server loads webhook
+/// configurations asynchronously).
+async fn until_refused<F, Fut, T>(webhook: &str, attempt: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, kube::Error>>,
 {
-    let start = Instant::now();
-    loop {
-        match attempt().await {
-            Err(kube::Error::Api(status)) if status.message.contains(webhook) => return,
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(other) => panic!("request failed: {other:?}"),
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "{webhook} was not consulted within {DEADLINE:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    tenantplane_testenv::until_refused(webhook, DEADLINE, attempt).await;
 }
 
 fn tenant_reference(tenant: &Tenant) -> Value {

@@ -4,7 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -21,6 +21,7 @@ use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::decisions::TenantDecision;
 use tenantplane_engine::metrics::Metrics;
 use tenantplane_engine::tenant_dns::DnsDeployment;
+use tenantplane_testenv::poll::Attempt;
 use tenantplane_testenv::{ApiServer, TestEnv};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -28,35 +29,26 @@ use tokio_util::sync::CancellationToken;
 pub const DEADLINE: Duration = Duration::from_secs(30);
 pub const HOST_NS: &str = "team-dev";
 
-/// Polls `check` until it returns `Some`, failing the test at the deadline.
-pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
+/// Polls `check` until it settles (see [`tenantplane_testenv::poll`]), failing the
+/// test at [`DEADLINE`].
+pub async fn eventually<A, F, Fut>(what: &str, check: F) -> A::Output
 where
+    A: Attempt,
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
+    Fut: std::future::Future<Output = A>,
 {
-    eventually_within(what, DEADLINE, check).await
+    tenantplane_testenv::eventually(what, DEADLINE, check).await
 }
 
 /// [`eventually`] with a deadline of its own, for what waits on a known longer
 /// interval (such as a controller requeue).
-pub async fn eventually_within<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+pub async fn eventually_within<A, F, Fut>(what: &str, deadline: Duration, check: F) -> A::Output
 where
+    A: Attempt,
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
+    Fut: std::future::Future<Output = A>,
 {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            // Captured, so shown only when the test fails: which waits were slow.
-            eprintln!("waited {:?} for: {what}", start.elapsed());
-            return value;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    tenantplane_testenv::eventually(what, deadline, check).await
 }
 
 pub struct Controller {
@@ -105,6 +97,7 @@ impl Controller {
             dns,
             kubelet_endpoint,
             tenant_webhook: None,
+            shards: None,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Controller {

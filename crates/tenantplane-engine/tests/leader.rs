@@ -60,15 +60,12 @@ async fn only_one_replica_leads_and_a_standby_takes_over() {
     let wait_for_leader = |count: usize| {
         let runs = Arc::clone(&leader_runs);
         async move {
-            let start = Instant::now();
-            while runs.lock().unwrap().len() < count {
-                assert!(
-                    start.elapsed() < Duration::from_secs(20),
-                    "no leader after {count} terms"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            runs.lock().unwrap()[count - 1].clone()
+            tenantplane_testenv::eventually(
+                &format!("leader term {count}"),
+                Duration::from_secs(20),
+                || async { runs.lock().unwrap().get(count - 1).cloned() },
+            )
+            .await
         }
     };
     let first = wait_for_leader(1).await;

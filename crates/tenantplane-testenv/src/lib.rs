@@ -15,6 +15,7 @@ mod crds;
 mod kubectl;
 mod metrics;
 pub mod node;
+pub mod poll;
 mod process;
 mod server;
 pub mod test_kubelet;
@@ -26,7 +27,10 @@ pub use crds::gadget_crd;
 pub use kubectl::kubectl;
 pub use metrics::{RequestCounts, WRITE_VERBS, parse_request_counts};
 pub use node::RealNode;
-pub use server::{ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser};
+pub use poll::{eventually, http_get, until_refused};
+pub use server::{
+    ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser, free_port,
+};
 pub use test_kubelet::{RecordedRequest, TestKubelet, TestKubeletOptions};
 pub use tls_probe::tls_handshake;
 

@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RequestCounts {
     pub by_verb_resource: BTreeMap<(String, String), u64>,
+    /// Answers refused with 409 Conflict (a stale write, or a create of something
+    /// that exists), by (verb, resource).
+    pub conflicts: BTreeMap<(String, String), u64>,
 }
 
 /// Verbs that change state. Server-side apply is counted as `APPLY` by 1.20.
@@ -31,20 +34,41 @@ impl RequestCounts {
             .sum()
     }
 
+    /// `verb` requests to `resource` (plural, such as `configmaps`).
+    pub fn requests(&self, verb: &str, resource: &str) -> u64 {
+        self.by_verb_resource
+            .get(&(verb.to_owned(), resource.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Writes to `resource` answered 409 Conflict.
+    pub fn conflicts(&self, resource: &str) -> u64 {
+        self.conflicts
+            .iter()
+            .filter(|((_, res), _)| res == resource)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// What happened between `earlier` and `self`.
     pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
-        let by_verb_resource = self
-            .by_verb_resource
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    v.saturating_sub(earlier.by_verb_resource.get(k).copied().unwrap_or(0)),
-                )
-            })
-            .filter(|(_, v)| *v > 0)
-            .collect();
-        RequestCounts { by_verb_resource }
+        let delta = |now: &BTreeMap<(String, String), u64>,
+                     then: &BTreeMap<(String, String), u64>| {
+            now.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.saturating_sub(then.get(k).copied().unwrap_or(0)),
+                    )
+                })
+                .filter(|(_, v)| *v > 0)
+                .collect()
+        };
+        RequestCounts {
+            by_verb_resource: delta(&self.by_verb_resource, &earlier.by_verb_resource),
+            conflicts: delta(&self.conflicts, &earlier.conflicts),
+        }
     }
 }
 
@@ -77,10 +101,11 @@ pub fn parse_request_counts(text: &str) -> RequestCounts {
         }
         // Counters are whole numbers; the text format just prints them as floats.
         let n = value.max(0.0).round() as u64;
-        *counts
-            .by_verb_resource
-            .entry((label("verb"), resource))
-            .or_default() += n;
+        let key = (label("verb"), resource);
+        if label("code") == "409" && WRITE_VERBS.contains(&key.0.as_str()) {
+            *counts.conflicts.entry(key.clone()).or_default() += n;
+        }
+        *counts.by_verb_resource.entry(key).or_default() += n;
     }
     counts
 }
@@ -102,7 +127,11 @@ apiserver_request_total{code="200",component="apiserver",group="",resource="pods
         assert_eq!(counts.writes(Some("configmaps")), 4);
         assert_eq!(counts.writes(Some("pods/status")), 2);
         assert_eq!(counts.writes(None), 6);
-        let later = parse_request_counts(&text.replace("} 3", "} 5"));
-        assert_eq!(later.since(&counts).writes(None), 2);
+        assert_eq!(counts.requests("POST", "configmaps"), 4);
+        assert_eq!(counts.conflicts("configmaps"), 1);
+        assert_eq!(counts.conflicts("pods/status"), 0);
+        let later = parse_request_counts(&text.replace("} 3", "} 5").replace("} 1", "} 2"));
+        assert_eq!(later.since(&counts).writes(None), 3);
+        assert_eq!(later.since(&counts).conflicts("configmaps"), 1);
     }
 }

@@ -549,6 +549,11 @@ impl ApiServer {
 
     /// The server's own `apiserver_request_total` counters.
     pub async fn request_counts(&self) -> Result<RequestCounts> {
+        Ok(parse_request_counts(&self.metrics_text().await?))
+    }
+
+    /// The server's `/metrics`, as Prometheus text.
+    pub async fn metrics_text(&self) -> Result<String> {
         let client = self.client().await?;
         let request = http::Request::get("/metrics")
             .body(Vec::new())
@@ -563,7 +568,7 @@ impl ApiServer {
                 server: self.name.clone(),
                 source,
             })?;
-        Ok(parse_request_counts(&text))
+        Ok(text)
     }
 
     /// The last lines of the server's log.
@@ -572,7 +577,8 @@ impl ApiServer {
     }
 }
 
-fn free_port() -> Result<u16> {
+/// A loopback port nothing listens on now (for a process a test starts).
+pub fn free_port() -> Result<u16> {
     let listener =
         TcpListener::bind(("127.0.0.1", 0)).map_err(io_err("find a free loopback port"))?;
     let port = listener

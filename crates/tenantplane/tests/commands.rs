@@ -14,7 +14,8 @@ use kube::{Api, Client};
 use serde_json::json;
 use tenantplane_core::kinds::{GroupKind, Scope};
 use tenantplane_core::transform::{TenantTarget, to_host};
-use tenantplane_testenv::{ApiServer, TestEnv, gadget_crd};
+use tenantplane_testenv::eventually as eventually_within;
+use tenantplane_testenv::{ApiServer, TestEnv, gadget_crd, http_get};
 
 fn tenantplane(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tenantplane"))
@@ -283,26 +284,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).await.ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        code,
-        text.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default(),
-    ))
 }
 
 /// IsolationProfile `restricted`, SyncPolicy `default` with `policy_spec`, and
@@ -675,28 +656,12 @@ fn up_with_a_real_node_serves_tenant_services_by_dns_name_and_restores_the_machi
     assert!(!std::path::Path::new("/sys/fs/cgroup/memory/kubepods").exists());
 }
 
-/// Polls `check` every 50 ms for at most 30 s.
+/// Polls `check` for at most 30 s.
 async fn eventually<T, Fut: std::future::Future<Output = Option<T>>>(
     what: &str,
     check: impl FnMut() -> Fut,
 ) -> T {
     eventually_within(what, Duration::from_secs(30), check).await
-}
-
-/// Polls `check` every 50 ms for at most `deadline`.
-async fn eventually_within<T, Fut: std::future::Future<Output = Option<T>>>(
-    what: &str,
-    deadline: Duration,
-    mut check: impl FnMut() -> Fut,
-) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(start.elapsed() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]
