@@ -169,6 +169,10 @@ pub struct KindSyncer {
     queue: Arc<WorkQueue<Key>>,
     /// What the server made of our last write per host name (see [`WriteMemo`]).
     memos: Mutex<HashMap<String, WriteMemo>>,
+    /// Host objects this syncer created that its host watch has not shown yet, by
+    /// name: planning reads them as the host copy, so a key synced again before the
+    /// watch catches up is not created a second time (a 409 and a read).
+    unseen_creates: Mutex<HashMap<String, Value>>,
     /// Per host name: the desired hash a write was refused for, and the Skip
     /// recorded, so neither is repeated while nothing changes.
     refused: Mutex<HashMap<String, Refusal>>,
@@ -232,6 +236,7 @@ impl KindSyncer {
             host_api: host_api.clone(),
             queue: WorkQueue::new(),
             memos: Mutex::new(HashMap::new()),
+            unseen_creates: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
             seen_at: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
@@ -284,7 +289,8 @@ impl KindSyncer {
                 watcher(host_api, config).backoff(watch_backoff()),
             )
             .boxed();
-            tasks.spawn(async move { s.watch("host", stream, Self::key_of_host, false).await });
+            tasks
+                .spawn(async move { s.watch("host", stream, Self::key_of_host_seen, false).await });
         }
         {
             let s = Arc::clone(&syncer);
@@ -379,7 +385,15 @@ impl KindSyncer {
                 },
                 // A re-list after a disconnect: objects deleted meanwhile are found
                 // by the full pass it triggers.
-                Ok(watcher::Event::InitDone) => self.full_pass(),
+                Ok(watcher::Event::InitDone) => {
+                    if side == "host" {
+                        self.unseen_creates
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .clear();
+                    }
+                    self.full_pass()
+                }
                 Ok(watcher::Event::Init) => {}
                 Err(err) => {
                     tracing::warn!(%err, side, kind = %self.group_kind, tenant = %self.ctx.target.tenant, "watch failed; retrying");
@@ -396,6 +410,19 @@ impl KindSyncer {
         let identity = reverse_lookup(name, &labels, &annotations).ok()?;
         (identity.tenant == self.ctx.target.tenant && identity.group_kind == self.group_kind)
             .then_some((identity.virtual_namespace, identity.name))
+    }
+
+    /// [`Self::key_of_host`] for a host watch event, which also shows the object:
+    /// from now on the cache, not the record of our create, says what is there.
+    /// (A relist, `InitDone`, clears every record: what it did not list is gone.)
+    fn key_of_host_seen(&self, obj: &DynamicObject) -> Option<Key> {
+        if let Some(name) = obj.metadata.name.as_deref() {
+            self.unseen_creates
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(name);
+        }
+        self.key_of_host(obj)
     }
 
     /// Queues every key on either side.
@@ -625,11 +652,15 @@ impl KindSyncer {
         .name;
         let host_ref = ObjectRef::new_with(&host_name, self.host_resource.clone())
             .within(&self.ctx.target.host_namespace);
-        let host_obj = self
-            .host_store
-            .get(&host_ref)
-            .map(|o| typed_value(&o, &self.host_resource))
-            .transpose()?;
+        let host_obj = match self.host_store.get(&host_ref) {
+            Some(o) => Some(typed_value(&o, &self.host_resource)?),
+            None => self
+                .unseen_creates
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&host_name)
+                .cloned(),
+        };
         Ok((tenant_obj, host_name, host_obj))
     }
 
@@ -811,6 +842,12 @@ impl KindSyncer {
                 match self.host_api.create(&post_params(), &body).await {
                     Ok(created) => {
                         self.remember(&host_name, &object, &created);
+                        if let Ok(value) = typed_value(&created, &self.host_resource) {
+                            self.unseen_creates
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .insert(host_name.clone(), value);
+                        }
                         self.observe_latency(key);
                         self.decide(
                             DecisionAction::Create,
