@@ -2,7 +2,8 @@
 # The sync engine benchmark (not a test): provides the test API server binaries as
 # scripts/test.sh does, then runs `tenantplane-bench sync` in release mode.
 # Arguments go to the benchmark, e.g. scripts/bench.sh --objects 2000 --workers 16 --updates 200,
-# or scripts/bench.sh pods --pods 500 --workers 16, or scripts/bench.sh dns --services 1000
+# or scripts/bench.sh pods --pods 500 --workers 16, or scripts/bench.sh dns --services 1000,
+# or scripts/bench.sh scale --tenant-clusters 1000 --objects 10
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,10 @@ echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS" >&2
 
 # `scripts/bench.sh pods --pods 500` runs the Pod benchmark; anything else is `sync`.
 case "${1:-}" in
+  scale)
+    # The controller runs as its own process, the release binary a user runs.
+    cargo build --release --locked -p tenantplane
+    cargo run --release --locked -p tenantplane-bench -- "$@" ;;
   sync|pods|dns) cargo run --release --locked -p tenantplane-bench -- "$@" ;;
   *) cargo run --release --locked -p tenantplane-bench -- sync "$@" ;;
 esac

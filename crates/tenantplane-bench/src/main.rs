@@ -8,6 +8,7 @@
 mod dns;
 mod pods;
 mod procfs;
+mod scale;
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -77,6 +78,9 @@ enum Command {
     Pods(pods::PodArgs),
     /// Queries per second and p99 of `tenantplane dns`, against a plain UDP responder.
     Dns(dns::DnsArgs),
+    /// N TenantClusters x M ConfigMaps through one controller process, against a
+    /// plain client's N x M creates.
+    Scale(scale::ScaleArgs),
 }
 
 #[derive(clap::Args, Clone, Copy)]
@@ -115,6 +119,7 @@ async fn main() -> Result<()> {
         Command::Sync(args) => sync_benchmark(args).await,
         Command::Pods(args) => pods::pod_benchmark(args).await,
         Command::Dns(args) => dns::dns_benchmark(args).await,
+        Command::Scale(args) => scale::scale_benchmark(args).await,
     }
 }
 
@@ -235,6 +240,19 @@ async fn create_json(client: &Client, object: Value) -> Result<()> {
     Ok(())
 }
 
+/// IsolationProfile `name`: level baseline, with a write budget that never makes a
+/// writer wait (see [`FAIRNESS_QPS`]).
+async fn create_unthrottled_profile(host: &Client, name: &str) -> Result<()> {
+    create_json(
+        host,
+        json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile",
+               "metadata": {"name": name},
+               "spec": {"level": "baseline",
+                        "controls": {"apiFairness": {"qps": FAIRNESS_QPS, "burst": FAIRNESS_BURST}}}}),
+    )
+    .await
+}
+
 /// The tenantplane objects of the benchmark, except the TenantCluster.
 async fn install_tenantplane_objects(
     host: &Client,
@@ -245,14 +263,7 @@ async fn install_tenantplane_objects(
         .iter()
         .map(|(api_version, kind)| json!({"apiVersion": api_version, "kind": kind, "direction": "toHost"}))
         .collect();
-    create_json(
-        host,
-        json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile",
-               "metadata": {"name": "bench"},
-               "spec": {"level": "baseline",
-                        "controls": {"apiFairness": {"qps": FAIRNESS_QPS, "burst": FAIRNESS_BURST}}}}),
-    )
-    .await?;
+    create_unthrottled_profile(host, "bench").await?;
     create_json(
         host,
         json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "SyncPolicy",
@@ -316,6 +327,7 @@ impl RunningController {
             dns: None,
             kubelet_endpoint: None,
             tenant_webhook: None,
+            shards: None,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Self {

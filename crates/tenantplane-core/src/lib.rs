@@ -27,6 +27,7 @@ pub mod revocation;
 pub mod selector;
 pub mod selectors;
 pub mod services;
+pub mod sharding;
 pub mod tenancy;
 pub mod tenant_admission;
 pub mod tenant_plan;

@@ -41,8 +41,9 @@ use crate::deletion::{delete_exact, exactly};
 use crate::engine::{Engine, EngineSpec, KindState};
 use crate::isolation::{ObjectAction, apply_isolation};
 use crate::kind_sync::{PodSettings, release_pod_finalizers};
-use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER};
+use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER, TenantLabels};
 use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane_with};
+use crate::shards::{ShardConfig, ShardGates};
 use tenantplane_core::metadata::ANNOTATION_VIRTUAL_NAME;
 use tenantplane_core::pods::host_pod::TOKEN_SECRET_PREFIX;
 use tenantplane_core::pods::storage::pv_is_ours;
@@ -93,6 +94,10 @@ pub struct ControllerConfig {
     /// own identity: refuses the tenant's writes to fromHost copies. `None`: such
     /// writes are only reverted.
     pub tenant_webhook: Option<crate::provision::tenant_webhook::TenantWebhook>,
+    /// Sync only the TenantClusters of the shards this replica holds (see
+    /// [`crate::shards`]). `None`: every TenantCluster, and the ResourcePool loop
+    /// runs here too; sharded, whoever runs this runs the pools (once, as leader).
+    pub shards: Option<ShardConfig>,
 }
 
 /// The TenantCluster condition saying whether tenant Services can carry their host
@@ -119,6 +124,8 @@ struct Context {
     routes: DecisionRoutes,
     /// Locked only to find, add or remove a slot, never across I/O.
     engines: std::sync::Mutex<HashMap<(String, String), EngineSlot>>,
+    /// Sharded: the shards this replica holds.
+    gates: Option<Arc<ShardGates>>,
 }
 
 impl Context {
@@ -140,6 +147,40 @@ impl Context {
             None => engines.drain().map(|(_, slot)| slot).collect(),
         }
     }
+
+    /// An engine is stopped (or about to be): no decisions routed to it, and it no
+    /// longer counts as running here.
+    fn engine_stopped(&self, namespace: &str, name: &str) {
+        self.routes.remove(namespace, name);
+        self.config.metrics.engines_running.remove(&TenantLabels {
+            tenant: format!("{namespace}/{name}"),
+        });
+    }
+
+    /// Stops the engines of one shard (its gate is closed: none starts again).
+    async fn stop_shard(&self, gates: &ShardGates, shard: u32) {
+        let slots: Vec<((String, String), EngineSlot)> = {
+            let mut engines = self
+                .engines
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let keys: Vec<(String, String)> = engines
+                .keys()
+                .filter(|(namespace, name)| gates.shard_of(namespace, name) == shard)
+                .cloned()
+                .collect();
+            keys.into_iter()
+                .filter_map(|key| engines.remove(&key).map(|slot| (key, slot)))
+                .collect()
+        };
+        for ((namespace, name), slot) in slots {
+            if let Some(running) = slot.lock().await.take() {
+                self.engine_stopped(&namespace, &name);
+                stop(running).await;
+                tracing::info!(tenant = %name, %namespace, shard, "sync engine stopped: the shard moves to another replica");
+            }
+        }
+    }
 }
 
 /// Runs the controller until `shutdown` fires; then stops every engine.
@@ -156,17 +197,45 @@ pub async fn run_with_routes(
 ) {
     let host = config.host.clone();
     let tcs: Api<TenantCluster> = Api::all(host.clone());
+    let shard_config = config.shards.clone();
+    let gates = shard_config
+        .as_ref()
+        .map(|c| Arc::new(ShardGates::new(c.shards)));
     let ctx = Arc::new(Context {
         config,
         routes,
         engines: std::sync::Mutex::new(HashMap::new()),
+        gates: gates.clone(),
     });
     // ResourcePools are independent of TenantClusters: their own loop, same lifetime.
-    let pools = tokio::spawn(crate::pools::run(
-        host.clone(),
-        Arc::clone(&ctx.config.metrics),
-        shutdown.clone(),
-    ));
+    let pools = shard_config.is_none().then(|| {
+        tokio::spawn(crate::pools::run(
+            host.clone(),
+            Arc::clone(&ctx.config.metrics),
+            shutdown.clone(),
+        ))
+    });
+    // A shard taken: every TenantCluster is looked at again (those of other
+    // shards return at once).
+    let (taken, shard_taken) = futures::channel::mpsc::unbounded::<()>();
+    let membership = shard_config.zip(gates).map(|(shard_config, gates)| {
+        let stopper = Arc::clone(&ctx);
+        let stop_gates = Arc::clone(&gates);
+        tokio::spawn(crate::shards::run(
+            host.clone(),
+            shard_config,
+            gates,
+            Arc::clone(&ctx.config.metrics),
+            shutdown.clone(),
+            move |_shard| {
+                let _ = taken.unbounded_send(());
+            },
+            move |shard| {
+                let (ctx, gates) = (Arc::clone(&stopper), Arc::clone(&stop_gates));
+                async move { ctx.stop_shard(&gates, shard).await }
+            },
+        ))
+    });
     let controller = Controller::new(tcs, watcher::Config::default());
     let store = controller.store();
     let by_policy = store.clone();
@@ -199,18 +268,26 @@ pub async fn run_with_routes(
                     .collect::<Vec<_>>()
             },
         )
+        .reconcile_all_on(shard_taken)
         .graceful_shutdown_on(async move { graceful.cancelled().await })
         .run(reconcile, error_policy, Arc::clone(&ctx))
         .for_each(|_| futures::future::ready(()))
         .await;
     ctx.routes.clear();
+    ctx.config.metrics.engines_running.clear();
     for slot in ctx.take_slots(None) {
         if let Some(running) = slot.lock().await.take() {
             stop(running).await;
         }
     }
-    // `shutdown` has fired, so the pool loop is ending too.
-    let _ = pools.await;
+    // `shutdown` has fired, so the pool loop and the shard membership (which
+    // releases its Leases once the engines are stopped) are ending too.
+    if let Some(pools) = pools {
+        let _ = pools.await;
+    }
+    if let Some(membership) = membership {
+        let _ = membership.await;
+    }
 }
 
 async fn stop(running: RunningEngine) {
@@ -234,6 +311,15 @@ fn error_policy(_tc: Arc<TenantCluster>, err: &ReconcileError, ctx: Arc<Context>
 
 async fn reconcile(tc: Arc<TenantCluster>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let namespace = tc.namespace().ok_or(ReconcileError::NoNamespace)?;
+    // Sharded: only while this replica holds the TenantCluster's shard, and for
+    // the whole reconcile (giving the shard up waits for it).
+    let _shard = match &ctx.gates {
+        Some(gates) => match gates.enter(&namespace, &tc.name_any()).await {
+            Some(held) => Some(held),
+            None => return Ok(Action::await_change()),
+        },
+        None => None,
+    };
     let api: Api<TenantCluster> = Api::namespaced(ctx.config.host.clone(), &namespace);
     let result = finalizer(&api, FINALIZER, tc, |event| async {
         match event {
@@ -564,7 +650,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
             if blocker.reason != "TenantUnreachable"
                 && let Some(running) = engine_slot.take()
             {
-                ctx.routes.remove(&namespace, &name);
+                ctx.engine_stopped(&namespace, &name);
                 stop(running).await;
             }
             status.phase = Some(if blocker.provisioning {
@@ -620,7 +706,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 .is_none_or(|r| r.fingerprint != fingerprint);
             if restart {
                 if let Some(old) = engine_slot.take() {
-                    ctx.routes.remove(&namespace, &name);
+                    ctx.engine_stopped(&namespace, &name);
                     stop(old).await;
                 }
                 let target = TenantTarget::new(&name, &namespace)
@@ -680,6 +766,13 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                     recorder,
                     endpoint: resolved.endpoint.clone(),
                 });
+                ctx.config
+                    .metrics
+                    .engines_running
+                    .get_or_create(&TenantLabels {
+                        tenant: format!("{namespace}/{name}"),
+                    })
+                    .set(1);
             }
             let running = engine_slot.as_ref();
             let (synced, problems) = running.map_or((false, Vec::new()), |r| {
@@ -814,7 +907,7 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
         running = running.or(slot.lock().await.take());
     }
     if let Some(running) = running {
-        ctx.routes.remove(&namespace, &name);
+        ctx.engine_stopped(&namespace, &name);
         let tenant = running.engine.tenant.clone();
         stop(running).await;
         // Tenant Pods carry a finalizer only a running engine removes. A tenant API

@@ -69,6 +69,11 @@ pub struct Metrics {
     /// Two-way passes by outcome: `planned`, or `unchanged` (both sides at the
     /// versions of the last pass with nothing to write; not planned again).
     pub two_way_passes: Family<OutcomeLabels, Counter>,
+    /// 1 for each TenantCluster (`namespace/name`) whose sync engine runs in this
+    /// replica (sharded replicas: each runs those of its shards).
+    pub engines_running: Family<TenantLabels, Gauge>,
+    /// Shards this replica holds (sharded replicas only).
+    pub shards_held: Gauge,
 }
 
 impl Metrics {
@@ -85,6 +90,8 @@ impl Metrics {
             namespace_webhook_up: Gauge::default(),
             host_events: Family::default(),
             two_way_passes: Family::default(),
+            engines_running: Family::default(),
+            shards_held: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("tenantplane");
         r.register(
@@ -141,6 +148,16 @@ impl Metrics {
             "two_way_passes",
             "Passes over bidirectional objects: planned, or unchanged (both sides as at the last pass with nothing to write; skipped)",
             metrics.two_way_passes.clone(),
+        );
+        r.register(
+            "engines_running",
+            "1 for each TenantCluster (namespace/name) whose sync engine runs in this replica",
+            metrics.engines_running.clone(),
+        );
+        r.register(
+            "shards_held",
+            "Shards this replica holds (sharded replicas only)",
+            metrics.shards_held.clone(),
         );
         metrics
     }

@@ -20,6 +20,7 @@ use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::leader::{LeaseConfig, run_as_leader};
 use tenantplane_engine::metrics::Metrics;
 use tenantplane_engine::provisioner::{self, ProvisionerConfig};
+use tenantplane_engine::shards::ShardConfig;
 use tenantplane_engine::tenancy::{self, TenantControllerConfig};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::broadcast;
@@ -46,6 +47,18 @@ pub struct ControllerArgs {
     /// This replica's name in the Lease (default: POD_NAME, then the host name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Divide the TenantClusters into this many shards, each a Lease
+    /// `<lease-name>-shard-<n>` that one replica holds: every replica syncs the
+    /// TenantClusters of the shards it holds, and the shards are rebalanced as
+    /// replicas come and go. The Tenant controller, the provisioner guard and the
+    /// ResourcePool loop run on the leader only (`--lease-name`). Use the same
+    /// number on every replica; more shards than replicas spread them more evenly.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub shards: Option<u32>,
+    /// Seconds a replica's Leases (leader and shards) last without renewal: how
+    /// long the others wait before taking over from a replica that died.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=300))]
+    pub lease_duration_secs: u64,
     /// Concurrent host writers per synced kind.
     #[arg(long, default_value_t = 16)]
     pub workers: usize,
@@ -211,7 +224,17 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             image: args.dns_image.clone(),
             cluster_domain: tenantplane_core::dns::normalize(&args.cluster_domain),
         });
+        let shards = args.shards.map(|count| ShardConfig {
+            lease_duration: Duration::from_secs(args.lease_duration_secs),
+            ..ShardConfig::new(
+                &args.lease_namespace,
+                &format!("{}-shard", args.lease_name),
+                &instance,
+                count,
+            )
+        });
         move || ControllerConfig {
+            shards: shards.clone(),
             host: host.clone(),
             metrics: Arc::clone(&metrics),
             decisions: decisions.clone(),
@@ -242,30 +265,61 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             probe_interval,
         }
     };
-    // The controllers and the provisioner guard write only while this replica
-    // leads, and stop together.
-    let run_both = move |stop: CancellationToken| {
-        let (clusters, tenants, guard) = (
-            make_config(),
-            make_tenant_config(),
-            make_provisioner_config(),
-        );
-        let routes = routes.clone();
-        async move {
-            tokio::join!(
-                controller::run_with_routes(clusters, routes, stop.clone()),
-                tenancy::run(tenants, stop.clone()),
-                provisioner::run(guard, stop)
-            );
-        }
+    let lease = LeaseConfig {
+        lease_duration: Duration::from_secs(args.lease_duration_secs),
+        renew_every: Duration::from_secs(args.lease_duration_secs) / 3,
+        renew_deadline: Duration::from_secs(args.lease_duration_secs) * 2 / 3,
+        ..LeaseConfig::new(&args.lease_namespace, &args.lease_name, &instance)
     };
     // Ready once connected: a standby replica is ready too, it just does not write.
     state.ready.store(true, Ordering::Relaxed);
-    if args.leader_elect {
-        let lease = LeaseConfig::new(&args.lease_namespace, &args.lease_name, &instance);
-        run_as_leader(host, lease, shutdown.clone(), run_both).await;
+    if args.shards.is_some() {
+        // Every replica syncs its shards' TenantClusters; what is not divided
+        // runs on the leader only.
+        let pools_host = host.clone();
+        let pools_metrics = Arc::clone(&metrics);
+        let singletons = move |stop: CancellationToken| {
+            let (tenants, guard) = (make_tenant_config(), make_provisioner_config());
+            let pools = tenantplane_engine::pools::run(
+                pools_host.clone(),
+                Arc::clone(&pools_metrics),
+                stop.clone(),
+            );
+            async move {
+                tokio::join!(
+                    tenancy::run(tenants, stop.clone()),
+                    provisioner::run(guard, stop),
+                    pools
+                );
+            }
+        };
+        tokio::join!(
+            controller::run_with_routes(make_config(), routes, shutdown.clone()),
+            run_as_leader(host, lease, shutdown.clone(), singletons)
+        );
     } else {
-        run_both(shutdown.clone()).await;
+        // The controllers and the provisioner guard write only while this replica
+        // leads, and stop together.
+        let run_both = move |stop: CancellationToken| {
+            let (clusters, tenants, guard) = (
+                make_config(),
+                make_tenant_config(),
+                make_provisioner_config(),
+            );
+            let routes = routes.clone();
+            async move {
+                tokio::join!(
+                    controller::run_with_routes(clusters, routes, stop.clone()),
+                    tenancy::run(tenants, stop.clone()),
+                    provisioner::run(guard, stop)
+                );
+            }
+        };
+        if args.leader_elect {
+            run_as_leader(host, lease, shutdown.clone(), run_both).await;
+        } else {
+            run_both(shutdown.clone()).await;
+        }
     }
     shutdown.cancel();
     if let Some(kubelet) = kubelet {

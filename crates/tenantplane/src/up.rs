@@ -268,6 +268,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             port: kubelet.address.port(),
         }),
         tenant_webhook: None,
+        shards: None,
     };
     let controller = tokio::spawn(controller::run_with_routes(
         config,

@@ -112,7 +112,12 @@ async fn base_and_overlays_render_with_kustomize_and_the_server_accepts_them() {
     assert_eq!(mode & 0o077, 0, "the private key is readable by others");
 
     let mut rendered = Vec::new();
-    for dir in ["install", "overlays/cert-manager", "overlays/self-signed"] {
+    for dir in [
+        "install",
+        "overlays/cert-manager",
+        "overlays/self-signed",
+        "overlays/sharded",
+    ] {
         let path = copy.path().join("deploy").join(dir);
         let yaml = ok(run("kubectl", &["kustomize", path.to_str().unwrap()]));
         let file = copy.path().join(format!("{}.yaml", dir.replace('/', "-")));
@@ -132,9 +137,22 @@ async fn base_and_overlays_render_with_kustomize_and_the_server_accepts_them() {
         rendered.push((dir, documents(&yaml)));
     }
 
-    let [(_, base), (_, cert_manager), (_, self_signed)] = &rendered[..] else {
+    let [(_, base), (_, cert_manager), (_, self_signed), (_, sharded)] = &rendered[..] else {
         unreachable!()
     };
+    // Sharded: cert-manager's objects, with three controller replicas dividing
+    // the TenantClusters into twelve shards.
+    assert_eq!(sharded.len(), cert_manager.len());
+    let controller = of_kind(sharded, "Deployment")
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "tenantplane-controller")
+        .unwrap();
+    assert_eq!(controller["spec"]["replicas"], 3);
+    let args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap();
+    assert!(args.iter().any(|a| a == "--shards=12"), "{args:?}");
+    assert!(args.iter().any(|a| a == "--leader-elect"), "{args:?}");
     // The base has no certificate source; each overlay adds exactly one.
     for kind in ["Issuer", "Certificate", "Secret"] {
         assert!(of_kind(base, kind).is_empty(), "base has a {kind}");

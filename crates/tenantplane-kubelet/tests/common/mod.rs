@@ -97,6 +97,7 @@ impl World {
                 port: endpoint.port(),
             }),
             tenant_webhook: None,
+            shards: None,
         };
         let controller = tokio::spawn(controller::run_with_routes(
             config,

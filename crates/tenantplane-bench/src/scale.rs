@@ -1,0 +1,272 @@
+//! `tenantplane-bench scale`: N TenantClusters, each in a namespace of its own and
+//! all attached to one tenant API server holding M ConfigMaps, synced by one
+//! `tenantplane controller` process (the release binary, run as a user runs it).
+//! Against a plain client making the same N x M creates on the same host API
+//! server in the same run. Prints the time to converge, the host watches the
+//! controller opened (the host API server's `apiserver_longrunning_gauge`), its RSS
+//! per TenantCluster, host writes per object, and the writes of an idle period.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+use kube::api::{ListParams, ObjectMeta, PostParams};
+use serde_json::json;
+use tenantplane_testenv::RequestCounts;
+
+use crate::{
+    TENANT_NS, create_all, create_json, create_namespace, create_unthrottled_profile,
+    describe_writes, mib, progress, secs, start_servers,
+};
+
+#[derive(clap::Args, Clone)]
+pub struct ScaleArgs {
+    /// TenantClusters, each in its own host namespace.
+    #[arg(long, default_value_t = 1000)]
+    tenant_clusters: usize,
+    /// ConfigMaps in the (shared) tenant API server: each TenantCluster syncs all.
+    #[arg(long, default_value_t = 10)]
+    objects: usize,
+    /// Requests in flight for the baseline client, and the engine's writers per kind.
+    #[arg(long, default_value_t = 16)]
+    workers: usize,
+    /// The `tenantplane` binary to run (scripts/bench.sh builds the release one).
+    #[arg(long, default_value = "target/release/tenantplane")]
+    controller: PathBuf,
+    /// Seconds of the idle period after convergence.
+    #[arg(long, default_value_t = 60)]
+    idle_secs: u64,
+    /// Give up converging after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    timeout_secs: u64,
+}
+
+const SCALE_PREFIX: &str = "scale";
+const BASELINE_NS: &str = "scale-baseline";
+const MANAGED: &str = "app.kubernetes.io/managed-by=tenantplane";
+
+/// The controller process; stopped with SIGTERM when dropped.
+struct ControllerProcess(Child);
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// `VmRSS` of a process, in KiB.
+fn rss_kib(pid: u32) -> Result<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("read /proc/{pid}/status"))?;
+    text.lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix("VmRSS:")?;
+            rest.trim().strip_suffix("kB")?.trim().parse().ok()
+        })
+        .context("no VmRSS")
+}
+
+/// Open WATCH requests, from `apiserver_longrunning_gauge`.
+fn watches(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_longrunning_gauge{") && l.contains("verb=\"WATCH\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+        .map(|v| v.max(0.0).round() as u64)
+        .sum()
+}
+
+pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
+    if !args.controller.exists() {
+        bail!(
+            "no controller binary at {} (scripts/bench.sh scale builds it; or pass --controller)",
+            args.controller.display()
+        );
+    }
+    let (n, m) = (args.tenant_clusters.max(1), args.objects.max(1));
+    let servers = start_servers(&[BASELINE_NS]).await?;
+    let (host, tenant) = (&servers.host, &servers.tenant);
+    progress(&format!("creating {m} tenant ConfigMaps"));
+    let names: Vec<String> = (0..m).map(|i| format!("cm-{i}")).collect();
+    create_all(
+        &Api::<ConfigMap>::namespaced(tenant.clone(), TENANT_NS),
+        &names,
+        "x",
+        args.workers,
+    )
+    .await?;
+
+    progress(&format!(
+        "creating {n} TenantClusters (namespace, Secret, TenantCluster each)"
+    ));
+    create_unthrottled_profile(host, "scale").await?;
+    create_json(
+        host,
+        json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "SyncPolicy",
+               "metadata": {"name": "scale"},
+               "spec": {"resources": [{"apiVersion": "v1", "kind": "ConfigMap"}]}}),
+    )
+    .await?;
+    let kubeconfig = servers.tenant_server.kubeconfig_yaml("admin")?;
+    for i in 0..n {
+        let namespace = format!("{SCALE_PREFIX}-{i}");
+        create_namespace(host, &namespace).await?;
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some("kubeconfig".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(
+                [(
+                    "kubeconfig".to_owned(),
+                    ByteString(kubeconfig.clone().into_bytes()),
+                )]
+                .into(),
+            ),
+            ..Secret::default()
+        };
+        Api::<Secret>::namespaced(host.clone(), &namespace)
+            .create(&PostParams::default(), &secret)
+            .await
+            .with_context(|| format!("create the Secret in {namespace}"))?;
+        create_json(
+            host,
+            json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "TenantCluster",
+                   "metadata": {"name": format!("tc-{i}"), "namespace": namespace},
+                   "spec": {"isolationProfileRef": {"name": "scale"}, "syncPolicyRef": {"name": "scale"},
+                            "controlPlane": {"external": {"kubeconfigSecretRef": {"name": "kubeconfig"}}}}}),
+        )
+        .await?;
+    }
+
+    progress(&format!(
+        "baseline: a plain client creates {} ConfigMaps",
+        n * m
+    ));
+    let baseline_names: Vec<String> = (0..n * m).map(|i| format!("base-{i}")).collect();
+    let baseline = create_all(
+        &Api::<ConfigMap>::namespaced(host.clone(), BASELINE_NS),
+        &baseline_names,
+        "x",
+        args.workers,
+    )
+    .await?;
+
+    let watches_before = watches(&servers.host_server.metrics_text().await?);
+    let counts_before = servers.host_server.request_counts().await?;
+    // Kept after the run, to read what the controller did.
+    let log = std::env::temp_dir().join(format!("tenantplane-scale-{}.log", std::process::id()));
+    progress(&format!(
+        "starting {} (log: {})",
+        args.controller.display(),
+        log.display()
+    ));
+    let started = Instant::now();
+    let child = Command::new(&args.controller)
+        .args([
+            "controller",
+            "--kubeconfig",
+            &servers.host_server.kubeconfig_path().display().to_string(),
+            "--listen",
+            &format!("127.0.0.1:{}", tenantplane_testenv::free_port()?),
+            "--workers",
+            &args.workers.to_string(),
+            "--no-tenant-dns",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()
+        .context("start the controller")?;
+    let controller = ControllerProcess(child);
+    let pid = controller.0.id();
+
+    let copies: Api<ConfigMap> = Api::all(host.clone());
+    let want = n * m;
+    let deadline = Duration::from_secs(args.timeout_secs);
+    let mut last_report = Instant::now();
+    let converged = loop {
+        let have = copies
+            .list_metadata(&ListParams::default().labels(MANAGED))
+            .await
+            .context("list the host copies")?
+            .items
+            .len();
+        if have >= want {
+            break started.elapsed();
+        }
+        if started.elapsed() > deadline {
+            bail!(
+                "only {have} of {want} host copies after {deadline:?}; see {}",
+                log.display()
+            );
+        }
+        if last_report.elapsed() > Duration::from_secs(10) {
+            progress(&format!(
+                "{have} of {want} host copies after {:.0} s",
+                secs(started.elapsed())
+            ));
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let rss = rss_kib(pid)?;
+    let open = watches(&servers.host_server.metrics_text().await?).saturating_sub(watches_before);
+    let counts = servers.host_server.request_counts().await?;
+    let sync_writes = counts.since(&counts_before);
+    let configmap_writes = sync_writes.writes(Some("configmaps"));
+
+    progress(&format!("idle for {} s", args.idle_secs));
+    let idle_start = servers.host_server.request_counts().await?;
+    // The idle period is what is measured, not a wait for something to happen.
+    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+    let idle: RequestCounts = servers
+        .host_server
+        .request_counts()
+        .await?
+        .since(&idle_start);
+    let rss_after_idle = rss_kib(pid)?;
+    drop(controller);
+
+    let ratio = converged.as_secs_f64() / baseline.as_secs_f64().max(f64::EPSILON);
+    let per_object = configmap_writes as f64 / want as f64;
+    println!(
+        "scale: {n} TenantClusters x {m} ConfigMaps (one controller process, load average {})",
+        crate::procfs::load_average()
+    );
+    println!(
+        "  converged in {:.1} s; a plain client's {want} creates took {:.1} s: ratio {ratio:.2} (target <= 2.00)",
+        secs(converged),
+        secs(baseline)
+    );
+    println!(
+        "  host watches opened by the controller: {open} (target <= 2 per synced kind + a constant; {:.1} per TenantCluster)",
+        open as f64 / n as f64
+    );
+    println!(
+        "  controller RSS {:.1} MiB after converging, {:.1} MiB after idling: {:.2} MiB per TenantCluster (target <= 0.5)",
+        mib(rss),
+        mib(rss_after_idle),
+        mib(rss) / n as f64
+    );
+    println!(
+        "  host writes to ConfigMaps: {configmap_writes} for {want} objects = {per_object:.3} per object (target 1.000)"
+    );
+    println!(
+        "  all host writes while syncing: {}",
+        describe_writes(&sync_writes)
+    );
+    println!(
+        "  host writes during {} idle seconds: {} (target 0): {}",
+        args.idle_secs,
+        idle.writes(None),
+        describe_writes(&idle)
+    );
+    Ok(())
+}
