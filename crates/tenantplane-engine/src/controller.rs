@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
@@ -28,6 +29,7 @@ use tenantplane_api::{
     TenantCluster, TenantClusterPhase, TenantClusterStatus,
 };
 use tenantplane_core::compare::digest;
+use tenantplane_core::conditions::ConditionSet;
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::provenance::reverse_lookup;
@@ -35,7 +37,6 @@ use tenantplane_core::transform::TenantTarget;
 use tokio::sync::{Mutex, broadcast};
 use tokio_util::sync::CancellationToken;
 
-use crate::conditions::ConditionSet;
 use crate::decisions::{DecisionRoutes, MANAGER, RecorderConfig, TenantDecision, start_recorder};
 use crate::deletion::{delete_exact, exactly};
 use crate::engine::{Engine, EngineSpec, KindState};
@@ -617,7 +618,8 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
     let slot = ctx.slot(&key);
     let mut engine_slot = slot.lock().await;
     let mut status = tc.status.clone().unwrap_or_default();
-    let mut conditions = ConditionSet::new(&status.conditions, tc.metadata.generation);
+    let mut conditions =
+        ConditionSet::new(&status.conditions, tc.metadata.generation, Timestamp::now());
     if let Some(isolation) = &isolation {
         conditions.set(
             ConditionType::IsolationApplied.as_str(),

@@ -2,7 +2,6 @@
 //! that runs them. Everything that decides *what* to write lives in the pure
 //! `tenantplane-core`; this crate watches, queues, writes and reports.
 
-pub mod conditions;
 pub mod controller;
 pub mod decisions;
 mod deletion;

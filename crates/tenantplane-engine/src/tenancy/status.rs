@@ -17,7 +17,7 @@ use kube::{Api, Client, ResourceExt};
 use tenantplane_api::{Tenant, TenantNamespaceStatus, TenantState, TenantStatus};
 
 use super::{MemberOutcome, TenantError};
-use crate::conditions::ConditionSet;
+use tenantplane_core::conditions::ConditionSet;
 
 const READY: &str = "Ready";
 const QUOTA_EXCEEDED: &str = "QuotaExceeded";
@@ -68,7 +68,7 @@ pub fn desired_status(
                 .find(|n| &n.name == name)
                 .map(|n| n.conditions.as_slice())
                 .unwrap_or_default();
-            let mut conditions = ConditionSet::new(earlier, generation);
+            let mut conditions = ConditionSet::new(earlier, generation, now);
             if let Some(outcome) = by_name.get(name.as_str()) {
                 let (ok, reason, message) = member_verdict(outcome);
                 if !ok {
@@ -82,7 +82,7 @@ pub fn desired_status(
             }
         })
         .collect();
-    let mut conditions = ConditionSet::new(&previous.conditions, generation);
+    let mut conditions = ConditionSet::new(&previous.conditions, generation, now);
     match outcomes {
         Err(verdict) => conditions.set(READY, false, verdict.reason, &verdict.message),
         Ok(_) if !not_ready.is_empty() => conditions.set(
