@@ -30,6 +30,7 @@ pub mod services;
 pub mod sharding;
 pub mod tenancy;
 pub mod tenant_admission;
+pub mod tenant_cluster_status;
 pub mod tenant_plan;
 pub mod three_way;
 pub mod token_bucket;
