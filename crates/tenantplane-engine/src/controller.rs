@@ -25,14 +25,15 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tenantplane_api::{
-    ClusterMode, ConditionType, IsolationProfile, SyncDecision, SyncPolicy, SyncedResource,
-    TenantCluster, TenantClusterPhase, TenantClusterStatus,
+    IsolationProfile, SyncDecision, SyncPolicy, SyncedResource, TenantCluster, TenantClusterStatus,
 };
 use tenantplane_core::compare::digest;
-use tenantplane_core::conditions::ConditionSet;
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::provenance::reverse_lookup;
+use tenantplane_core::tenant_cluster_status::{
+    self, Blocker, EngineReport, IsolationVerdict, Observation, StatusInput,
+};
 use tenantplane_core::transform::TenantTarget;
 use tokio::sync::{Mutex, broadcast};
 use tokio_util::sync::CancellationToken;
@@ -100,14 +101,6 @@ pub struct ControllerConfig {
     /// runs here too; sharded, whoever runs this runs the pools (once, as leader).
     pub shards: Option<ShardConfig>,
 }
-
-/// The TenantCluster condition saying whether tenant Services can carry their host
-/// copies' ClusterIPs (the tenant API server serves the host's service CIDR).
-pub const SERVICE_CIDR_CONDITION: &str = "ServiceCIDR";
-
-/// The TenantCluster condition saying whether some bidirectionally synced object has
-/// a conflict left for a person (`conflictPolicy: manual`).
-pub const CONFLICTED_CONDITION: &str = "Conflicted";
 
 struct RunningEngine {
     fingerprint: String,
@@ -346,32 +339,6 @@ async fn reconcile(tc: Arc<TenantCluster>, ctx: Arc<Context>) -> Result<Action, 
     result
 }
 
-/// A problem that keeps the tenant from syncing: the condition reason and message.
-struct Blocker {
-    reason: &'static str,
-    message: String,
-    /// `Provisioning` while a control plane comes up; `Degraded` otherwise.
-    provisioning: bool,
-}
-
-impl Blocker {
-    fn new(reason: &'static str, message: String) -> Self {
-        Self {
-            reason,
-            message,
-            provisioning: false,
-        }
-    }
-}
-
-/// The `IsolationApplied` verdict.
-#[derive(Clone)]
-struct IsolationState {
-    applied: bool,
-    reason: &'static str,
-    message: String,
-}
-
 struct Resolved {
     policy: SyncPolicy,
     profile: IsolationProfile,
@@ -394,7 +361,7 @@ struct Provisioned {
 /// What resolving found: the isolation verdict (once the profile is known) and
 /// either everything needed to sync or what blocks it.
 struct Resolution {
-    isolation: Option<IsolationState>,
+    isolation: Option<IsolationVerdict>,
     outcome: Result<Resolved, Blocker>,
 }
 
@@ -404,7 +371,7 @@ async fn resolve(
     host: &Client,
     service_cidr: &str,
 ) -> Result<Resolution, ReconcileError> {
-    let blocked = |isolation: Option<IsolationState>, blocker: Blocker| Resolution {
+    let blocked = |isolation: Option<IsolationVerdict>, blocker: Blocker| Resolution {
         isolation,
         outcome: Err(blocker),
     };
@@ -417,7 +384,7 @@ async fn resolve(
             "IsolationProfile {:?} does not exist: create it or change spec.isolationProfileRef",
             tc.spec.isolation_profile_ref.name
         );
-        let isolation = IsolationState {
+        let isolation = IsolationVerdict {
             applied: false,
             reason: "IsolationProfileNotFound",
             message: message.clone(),
@@ -428,12 +395,12 @@ async fn resolve(
         ));
     };
     let isolation = match apply_isolation(host, tc, &profile).await {
-        Ok(outcome) => IsolationState {
+        Ok(outcome) => IsolationVerdict {
             applied: outcome.is_applied(),
             reason: outcome.reason(),
             message: outcome.summary(),
         },
-        Err(err) => IsolationState {
+        Err(err) => IsolationVerdict {
             applied: false,
             reason: "IsolationNotApplied",
             message: err.to_string(),
@@ -474,12 +441,7 @@ async fn resolve(
             }),
         ),
         ControlPlaneState::Provisioning { message } => {
-            let blocker = Blocker {
-                reason: "Provisioning",
-                message,
-                provisioning: true,
-            };
-            return Ok(blocked(isolation, blocker));
+            return Ok(blocked(isolation, Blocker::provisioning(message)));
         }
         ControlPlaneState::Refused { reason, message } => {
             return Ok(blocked(isolation, Blocker::new(reason, message)));
@@ -562,10 +524,7 @@ async fn resolve(
         )),
     };
     if let Some(message) = unreachable {
-        return Ok(blocked(
-            isolation,
-            Blocker::new("TenantUnreachable", message),
-        ));
+        return Ok(blocked(isolation, Blocker::tenant_unreachable(message)));
     }
     let (endpoint, external_endpoint) = match provisioned {
         Some(p) => (p.endpoint, p.external_endpoint),
@@ -617,62 +576,15 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
     }
     let slot = ctx.slot(&key);
     let mut engine_slot = slot.lock().await;
-    let mut status = tc.status.clone().unwrap_or_default();
-    let mut conditions =
-        ConditionSet::new(&status.conditions, tc.metadata.generation, Timestamp::now());
-    if let Some(isolation) = &isolation {
-        conditions.set(
-            ConditionType::IsolationApplied.as_str(),
-            isolation.applied,
-            isolation.reason,
-            &isolation.message,
-        );
-    }
-    match tc.spec.mode {
-        ClusterMode::Shared => conditions.set(
-            ConditionType::ModeSupported.as_str(),
-            true,
-            "Shared",
-            "mode shared is implemented",
-        ),
-        other => conditions.set(
-            ConditionType::ModeSupported.as_str(),
-            false,
-            "ReconciledAsShared",
-            &format!(
-                "mode {} is not implemented yet; the tenant is reconciled as shared",
-                other.as_str()
-            ),
-        ),
-    }
-    let requeue = match outcome {
+    let observation = match outcome {
         Err(blocker) => {
-            // An unreachable tenant keeps its engine: its watches retry and it
-            // converges as soon as the server answers again.
-            if blocker.reason != "TenantUnreachable"
+            if !blocker.keeps_engine()
                 && let Some(running) = engine_slot.take()
             {
                 ctx.engine_stopped(&namespace, &name);
                 stop(running).await;
             }
-            status.phase = Some(if blocker.provisioning {
-                TenantClusterPhase::Provisioning
-            } else {
-                TenantClusterPhase::Degraded
-            });
-            conditions.set(
-                ConditionType::Ready.as_str(),
-                false,
-                blocker.reason,
-                &blocker.message,
-            );
-            conditions.set(
-                ConditionType::Synced.as_str(),
-                false,
-                blocker.reason,
-                &blocker.message,
-            );
-            Duration::from_secs(10)
+            Observation::Blocked(blocker)
         }
         Ok(resolved) => {
             if resolved.syncer_identity
@@ -776,106 +688,51 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                     })
                     .set(1);
             }
-            let running = engine_slot.as_ref();
-            let (synced, problems) = running.map_or((false, Vec::new()), |r| {
-                (r.engine.synced(), r.engine.problems())
-            });
-            let starting = running.is_some_and(|r| r.engine.starting());
-            let was_synced = conditions.is(ConditionType::Synced.as_str(), true);
-            status.endpoint = running.map(|r| r.endpoint.clone());
-            status.external_endpoint = resolved.external_endpoint.clone();
-            conditions.set(
-                ConditionType::Ready.as_str(),
-                true,
-                "TenantReachable",
-                "the tenant API server answers and its engine runs",
-            );
-            if starting && was_synced {
-                // A restarted engine that has not finished its first pass knows
-                // nothing new: keep the last verdict rather than flap (and write).
-            } else if synced {
-                conditions.set(
-                    ConditionType::Synced.as_str(),
-                    true,
-                    "Synced",
-                    "every kind of the SyncPolicy is in sync",
-                );
-                status.phase = Some(TenantClusterPhase::Ready);
-            } else {
-                let message = problems.join("; ");
-                let unavailable = running.is_some_and(|r| {
-                    r.engine
-                        .all_kinds()
-                        .any(|(_, k)| matches!(k, KindState::Unavailable(_)))
-                });
-                let reason = if unavailable {
-                    "KindUnavailable"
-                } else {
-                    "Syncing"
-                };
-                conditions.set(ConditionType::Synced.as_str(), false, reason, &message);
-                status.phase = Some(if unavailable {
-                    TenantClusterPhase::Degraded
-                } else {
-                    TenantClusterPhase::Provisioning
-                });
-            }
-            // A tenant Service refused its host address: said once, never retried
-            // in a loop. The condition appears only then, and stays (True) after.
-            match running.and_then(|r| r.engine.service_cidr.message()) {
-                Some(message) => conditions.set(
-                    SERVICE_CIDR_CONDITION,
-                    false,
-                    "ServiceCIDRMismatch",
-                    &message,
-                ),
-                None if conditions.is(SERVICE_CIDR_CONDITION, false) => conditions.set(
-                    SERVICE_CIDR_CONDITION,
-                    true,
-                    "ServiceCIDRMatches",
-                    "every synced Service carries its host copy's ClusterIP",
-                ),
-                None => {}
-            }
-            // Two-way conflicts left for a person (conflictPolicy manual); True while
-            // any object has one, False once every one is settled.
-            match running.and_then(|r| r.engine.conflicts.message()) {
-                Some(message) => {
-                    conditions.set(CONFLICTED_CONDITION, true, "Conflict", &message);
-                }
-                None if conditions.is(CONFLICTED_CONDITION, true) => conditions.set(
-                    CONFLICTED_CONDITION,
-                    false,
-                    "NoConflicts",
-                    "every bidirectional object agrees with its host copy",
-                ),
-                None => {}
-            }
-            let mut kinds: BTreeSet<SyncedResource> =
-                status.synced_resources.iter().cloned().collect();
-            if let Some(r) = running {
-                for ((api_version, kind), state) in &r.engine.kinds {
-                    if matches!(state, KindState::Running(_)) {
-                        kinds.insert(SyncedResource {
-                            api_version: api_version.clone(),
-                            kind: kind.clone(),
-                        });
-                    }
-                }
-            }
-            status.synced_resources = kinds.into_iter().collect();
-            if synced {
-                Duration::from_secs(30)
-            } else {
-                Duration::from_secs(2)
+            Observation::Running {
+                engine: engine_slot.as_ref().map(report).unwrap_or_default(),
+                external_endpoint: resolved.external_endpoint,
             }
         }
     };
     drop(engine_slot);
-    status.observed_generation = tc.metadata.generation;
-    status.conditions = conditions.into_vec();
-    write_status(tc, &namespace, status, host).await?;
-    Ok(Action::requeue(requeue))
+    let decision = tenant_cluster_status::decide(
+        StatusInput {
+            previous: tc.status.as_ref(),
+            generation: tc.metadata.generation,
+            mode: tc.spec.mode,
+            isolation: isolation.as_ref(),
+            observation,
+        },
+        Timestamp::now(),
+    );
+    write_status(tc, &namespace, decision.status, host).await?;
+    Ok(Action::requeue(decision.requeue))
+}
+
+/// What a running engine tells the TenantCluster's status.
+fn report(running: &RunningEngine) -> EngineReport {
+    let engine = &running.engine;
+    EngineReport {
+        synced: engine.synced(),
+        starting: engine.starting(),
+        problems: engine.problems(),
+        kind_unavailable: engine
+            .all_kinds()
+            .any(|(_, k)| matches!(k, KindState::Unavailable(_))),
+        service_cidr_mismatch: engine.service_cidr.message(),
+        conflicts: engine.conflicts.message(),
+        // `kinds`, not `from_host`: these have host copies for cleanup to remove.
+        running_kinds: engine
+            .kinds
+            .iter()
+            .filter(|(_, state)| matches!(state, KindState::Running(_)))
+            .map(|((api_version, kind), _)| SyncedResource {
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+            })
+            .collect(),
+        endpoint: Some(running.endpoint.clone()),
+    }
 }
 
 /// Writes the status only when it changed, so a steady state costs no writes.
