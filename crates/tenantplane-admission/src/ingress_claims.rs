@@ -54,7 +54,10 @@ const MAX_ATTEMPTS: usize = 5;
 pub struct IngressClaims {
     client: Client,
     namespace: String,
-    index: Option<Store<Ingress>>,
+    /// The index, and whether it holds its first list: a watch channel, since
+    /// kube's `Store::wait_until_ready` wakes only one of several requests waiting
+    /// at once (the others would time out and be refused).
+    index: Option<(Store<Ingress>, tokio::sync::watch::Receiver<bool>)>,
 }
 
 impl IngressClaims {
@@ -80,7 +83,14 @@ impl IngressClaims {
                     })
                     .await;
             });
-            reader
+            let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+            let store = reader.clone();
+            runtime.spawn(async move {
+                if store.wait_until_ready().await.is_ok() {
+                    let _ = ready_tx.send(true);
+                }
+            });
+            (reader, ready_rx)
         });
         Self {
             client,
@@ -138,8 +148,9 @@ impl IngressClaims {
                 "the Ingress host index is not running: retry once the webhook has started",
             )
         })?;
-        match tokio::time::timeout(INDEX_WAIT, index.wait_until_ready()).await {
-            Ok(Ok(())) => Ok(index),
+        let (index, mut ready) = index;
+        match tokio::time::timeout(INDEX_WAIT, ready.wait_for(|ready| *ready)).await {
+            Ok(Ok(_)) => Ok(index),
             _ => Err(Refusal::internal(
                 "the Ingress host index has not finished its first list: retry",
             )),

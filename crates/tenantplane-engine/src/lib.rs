@@ -17,5 +17,6 @@ pub mod provision;
 pub mod provisioner;
 pub mod queue;
 pub mod shards;
+pub mod store_ready;
 pub mod tenancy;
 pub mod tenant_dns;

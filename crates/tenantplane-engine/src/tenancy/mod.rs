@@ -50,6 +50,7 @@ use tenantplane_core::tenant_plan::plan_member;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{Metrics, ResultLabels, TENANT_CONTROLLER};
+use crate::store_ready::StoreReady;
 
 pub use members::MemberOutcome;
 
@@ -103,6 +104,8 @@ struct Context {
     metrics: Arc<Metrics>,
     /// Every namespace, as the watch that also feeds `index` last saw it.
     namespaces: Store<Namespace>,
+    /// Fires once `namespaces` holds its first list (every reconcile waits on it).
+    namespaces_ready: StoreReady,
     /// Member namespaces keyed by the owning Tenant's UID.
     index: Arc<RwLock<MembershipIndex>>,
 }
@@ -129,6 +132,7 @@ pub async fn run(config: TenantControllerConfig, shutdown: CancellationToken) {
     let ctx = Arc::new(Context {
         host: config.host,
         metrics: config.metrics,
+        namespaces_ready: StoreReady::watch(namespaces.clone()),
         namespaces,
         index,
     });
@@ -291,7 +295,7 @@ fn index_event(index: &RwLock<MembershipIndex>, event: &watcher::Event<Namespace
 /// namespaces only labelled for it.
 async fn indexed_members(ctx: &Context, tenant: &Tenant) -> (Vec<Namespace>, Vec<String>) {
     // Until the first list is in, an empty index would mean "no members".
-    let _ = ctx.namespaces.wait_until_ready().await;
+    ctx.namespaces_ready.wait().await;
     let (owned, forged) = {
         let index = ctx.index.read().unwrap_or_else(PoisonError::into_inner);
         let uid = tenant.uid().unwrap_or_default();
