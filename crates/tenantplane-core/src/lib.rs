@@ -37,3 +37,4 @@ pub mod token_bucket;
 pub mod transform;
 pub mod validation;
 pub mod versions;
+pub mod write_outcome;

@@ -29,6 +29,7 @@ use tenantplane_core::plan::{
 };
 use tenantplane_core::provenance::{SourceIdentity, reverse_lookup};
 use tenantplane_core::transform::{TenantTarget, TransformError, is_system_namespace, to_host_in};
+use tenantplane_core::write_outcome::{RefusedAs, WriteOutcome};
 use tokio_util::sync::CancellationToken;
 
 use crate::decisions::{DecisionSender, MANAGER};
@@ -858,7 +859,10 @@ impl KindSyncer {
                         );
                         Ok(())
                     }
-                    Err(kube::Error::Api(status)) if status.code == 409 && may_retry_conflict => {
+                    Err(kube::Error::Api(status))
+                        if may_retry_conflict
+                            && WriteOutcome::of_status(status.code) == WriteOutcome::Conflict =>
+                    {
                         // Someone holds the name. Look at it and plan again: ours (our
                         // cache lagged) is updated, anything else is a Skip.
                         let live = self.host_api.get_opt(&host_name).await.map_err(|source| {
@@ -876,7 +880,9 @@ impl KindSyncer {
                         Box::pin(self.carry_out(key, source, create_reason, hash, plan, false))
                             .await
                     }
-                    Err(kube::Error::Api(status)) if status.code == 422 || status.code == 403 => {
+                    Err(kube::Error::Api(status))
+                        if WriteOutcome::of_status(status.code).is_refused() =>
+                    {
                         self.skip_until_changed(
                             key,
                             uid,
@@ -927,13 +933,13 @@ impl KindSyncer {
                         );
                         Ok(())
                     }
-                    // Changed since our cache saw it: the watch brings the new version.
-                    Err(kube::Error::Api(status)) if status.code == 409 => Err(SyncError::Api {
-                        verb: "update",
-                        name: host_name,
-                        source: kube::Error::Api(status),
-                    }),
-                    Err(kube::Error::Api(status)) if status.code == 422 => {
+                    // A Conflict (changed since our cache saw it) is an error: the watch
+                    // brings the new version. A Forbidden update is retried as an error
+                    // too; only an Invalid one is recorded, with the fields refused.
+                    Err(kube::Error::Api(status))
+                        if WriteOutcome::of_status(status.code)
+                            == WriteOutcome::Refused(RefusedAs::Invalid) =>
+                    {
                         let fields: Vec<String> = status
                             .details
                             .as_ref()

@@ -40,6 +40,7 @@ use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::services::ingress::is_ingress;
 use tenantplane_core::services::ingress_refs::needed_by_ingresses;
 use tenantplane_core::transform::dependency_to_host;
+use tenantplane_core::write_outcome::WriteOutcome;
 
 use super::dependency_finalizer::{
     DependencyRef, release_dependency_finalizers, release_finalizers, remove_finalizer,
@@ -548,15 +549,9 @@ impl KindSyncer {
         };
         match result {
             Ok(_) => {}
-            // Someone else wrote it meanwhile (another Pod's worker): look again next time.
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                return Err(SyncError::Api {
-                    verb: "write",
-                    name: host_name,
-                    source: kube::Error::Api(status),
-                });
-            }
-            Err(kube::Error::Api(status)) if status.code == 422 || status.code == 403 => {
+            // A Conflict is an error: someone else wrote it meanwhile (another Pod's
+            // worker), and the next look decides again.
+            Err(kube::Error::Api(status)) if WriteOutcome::of_status(status.code).is_refused() => {
                 return Ok(DependencyState::Waiting(format!(
                     "the host API server refused its copy: {}",
                     status.message

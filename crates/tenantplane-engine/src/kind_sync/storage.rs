@@ -11,6 +11,7 @@ use tenantplane_core::pods::status::pvc_status_update;
 use tenantplane_core::pods::storage::{
     bound_volume, copied_volume, host_pv, host_pvc, pv_host_name, pv_is_ours, volume_secrets,
 };
+use tenantplane_core::write_outcome::WriteOutcome;
 
 use super::pod::{DependencyState, get_value, put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params};
@@ -95,14 +96,10 @@ pub(super) async fn ensure_claim(
             syncer.count_write("create");
             match host_pvs.create(&post_params(), &body).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 409 => {
-                    return Err(SyncError::Api {
-                        verb: "create",
-                        name: pv_name,
-                        source: kube::Error::Api(status),
-                    });
-                }
-                Err(kube::Error::Api(status)) if status.code == 422 || status.code == 403 => {
+                // A Conflict is an error: the next look finds the copy and checks it.
+                Err(kube::Error::Api(status))
+                    if WriteOutcome::of_status(status.code).is_refused() =>
+                {
                     return Ok(DependencyState::Waiting(format!(
                         "the host API server refused the copy of PersistentVolume {volume}: {}",
                         status.message
