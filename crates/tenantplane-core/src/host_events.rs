@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::kinds::GroupKind;
 use crate::metadata::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
-use crate::provenance::reverse_lookup;
+use crate::provenance::source_in;
 
 /// On a tenant Event: the UID of the host Event last counted into it.
 pub const ANNOTATION_HOST_EVENT_UID: &str = "tenantplane.io/host-event-uid";
@@ -78,10 +78,7 @@ pub fn event_target(
     {
         return None;
     }
-    let identity = reverse_lookup(host_name, &labels, &annotations).ok()?;
-    if identity.tenant != tenant || identity.group_kind != kind.group_kind {
-        return None;
-    }
+    let identity = source_in(host_name, &labels, &annotations, tenant, &kind.group_kind)?;
     Some(EventTarget {
         api_version: kind.api_version.clone(),
         kind: kind.group_kind.kind.clone(),

@@ -106,6 +106,48 @@ pub fn reverse_lookup(
     Ok(identity)
 }
 
+/// A tenant object as its host copy names it: tenant, namespace, name and kind (no
+/// UID: a tenant object recreated under the same name keeps its copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceKey<'a> {
+    pub tenant: &'a str,
+    pub virtual_namespace: &'a str,
+    pub name: &'a str,
+    pub group_kind: &'a GroupKind,
+}
+
+/// The source of a host object when it is tenantplane's copy of a `group_kind`
+/// object of `tenant` ([`reverse_lookup`]: forged or copied metadata is not).
+pub fn source_in(
+    host_name_actual: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+    tenant: &str,
+    group_kind: &GroupKind,
+) -> Option<SourceIdentity> {
+    reverse_lookup(host_name_actual, labels, annotations)
+        .ok()
+        .filter(|id| id.tenant == tenant && id.group_kind == *group_kind)
+}
+
+/// Whether a host object is tenantplane's copy of exactly `source`: what a delete
+/// or a status read-back checks before it trusts the object.
+pub fn is_copy_of(
+    host_name_actual: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+    source: &SourceKey<'_>,
+) -> bool {
+    source_in(
+        host_name_actual,
+        labels,
+        annotations,
+        source.tenant,
+        source.group_kind,
+    )
+    .is_some_and(|id| id.virtual_namespace == source.virtual_namespace && id.name == source.name)
+}
+
 /// Who an existing host object belongs to, relative to the source about to write it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Provenance {
@@ -149,3 +191,7 @@ pub fn provenance(
         Err(why) => Provenance::Foreign(why),
     }
 }
+
+#[cfg(test)]
+#[path = "provenance_tests.rs"]
+mod tests;

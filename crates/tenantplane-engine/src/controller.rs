@@ -30,7 +30,7 @@ use tenantplane_api::{
 use tenantplane_core::compare::digest;
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
-use tenantplane_core::provenance::reverse_lookup;
+use tenantplane_core::provenance::source_in;
 use tenantplane_core::tenant_cluster_status::{
     self, Blocker, EngineReport, IsolationVerdict, Observation, StatusInput,
 };
@@ -834,8 +834,7 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
         deleted += delete_matching(&api, &host_selector(&name, &group_kind), |obj| {
             let labels = obj.metadata.labels.clone().unwrap_or_default();
             let annotations = obj.metadata.annotations.clone().unwrap_or_default();
-            reverse_lookup(&obj.name_any(), &labels, &annotations)
-                .is_ok_and(|id| id.tenant == name && id.group_kind == group_kind)
+            source_in(&obj.name_any(), &labels, &annotations, &name, &group_kind).is_some()
         })
         .await?;
     }

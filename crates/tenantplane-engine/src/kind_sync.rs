@@ -25,9 +25,9 @@ use tenantplane_core::kinds::{GroupKind, Scope};
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::plan::{
-    ApplyPlan, GcPlan, WriteMemo, plan_apply, plan_gc, stamp_desired_hash,
+    ApplyPlan, GcPlan, WriteMemo, meta_of, plan_apply, plan_gc, stamp_desired_hash,
 };
-use tenantplane_core::provenance::{SourceIdentity, reverse_lookup};
+use tenantplane_core::provenance::{SourceIdentity, SourceKey, is_copy_of, source_in};
 use tenantplane_core::transform::{TenantTarget, TransformError, is_system_namespace, to_host_in};
 use tenantplane_core::write_outcome::{RefusedAs, WriteOutcome};
 use tokio_util::sync::CancellationToken;
@@ -408,9 +408,31 @@ impl KindSyncer {
         let name = obj.metadata.name.as_deref()?;
         let labels = obj.metadata.labels.clone().unwrap_or_default();
         let annotations = obj.metadata.annotations.clone().unwrap_or_default();
-        let identity = reverse_lookup(name, &labels, &annotations).ok()?;
-        (identity.tenant == self.ctx.target.tenant && identity.group_kind == self.group_kind)
-            .then_some((identity.virtual_namespace, identity.name))
+        let identity = source_in(
+            name,
+            &labels,
+            &annotations,
+            &self.ctx.target.tenant,
+            &self.group_kind,
+        )?;
+        Some((identity.virtual_namespace, identity.name))
+    }
+
+    /// Whether `host` is tenantplane's copy of this tenant's `group_kind` object `key`.
+    fn is_copy(&self, group_kind: &GroupKind, key: &Key, host: &Value) -> bool {
+        let (name, labels, annotations) = meta_of(host);
+        let source = SourceKey {
+            tenant: &self.ctx.target.tenant,
+            virtual_namespace: &key.0,
+            name: &key.1,
+            group_kind,
+        };
+        is_copy_of(name, &labels, &annotations, &source)
+    }
+
+    /// Whether `host` is tenantplane's copy of tenant object `key` of this kind.
+    fn is_our_copy(&self, key: &Key, host: &Value) -> bool {
+        self.is_copy(&self.group_kind, key, host)
     }
 
     /// [`Self::key_of_host`] for a host watch event, which also shows the object:

@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
 use tenantplane_core::pods::DependencyKind;
 use tenantplane_core::pods::status::FINALIZER;
-use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::transform::dependency_to_host;
 
 use super::outage::{is_unreachable, released_reason};
@@ -266,13 +265,7 @@ impl KindSyncer {
         let Some(copy) = get_value(&host_api, &resource(kind), host_name).await? else {
             return Ok(String::new());
         };
-        let (name, labels, annotations) = tenantplane_core::plan::meta_of(&copy);
-        let ours = reverse_lookup(name, &labels, &annotations).is_ok_and(|id| {
-            id.tenant == self.ctx.target.tenant
-                && id.group_kind == kind.group_kind()
-                && id.virtual_namespace == key.0
-                && id.name == key.1
-        });
+        let ours = self.is_copy(&kind.group_kind(), key, &copy);
         // Not ours: never touched. Already terminating (pvc-protection): the host
         // finishes it.
         if !ours || copy.pointer("/metadata/deletionTimestamp").is_some() {

@@ -36,7 +36,7 @@ use tenantplane_core::pods::{
     DependencyKind, HostPodContext, HostPodError, NodeView, PodControls, PodDns, TenantApiEndpoint,
     dependencies, to_host_pod,
 };
-use tenantplane_core::provenance::reverse_lookup;
+use tenantplane_core::provenance::source_in;
 use tenantplane_core::services::ingress::is_ingress;
 use tenantplane_core::services::ingress_refs::needed_by_ingresses;
 use tenantplane_core::transform::dependency_to_host;
@@ -678,63 +678,56 @@ impl KindSyncer {
         host_name: &str,
         host_pod: Option<&Value>,
     ) -> Result<HostCopy, SyncError> {
-        if let Some(host_pod) = host_pod {
-            let ours = {
-                let (name, labels, annotations) = tenantplane_core::plan::meta_of(host_pod);
-                reverse_lookup(name, &labels, &annotations).is_ok_and(|id| {
-                    id.tenant == self.ctx.target.tenant
-                        && id.virtual_namespace == key.0
-                        && id.name == key.1
-                })
+        // Only our copy of this very Pod is deleted.
+        if let Some(host_pod) = host_pod.filter(|pod| self.is_our_copy(key, pod)) {
+            if host_pod.pointer("/metadata/deletionTimestamp").is_some() {
+                // Terminating on the host: its watch event brings us back. Asked
+                // (a read) rather than trusted from the cache, so a host that
+                // stopped answering meanwhile is noticed.
+                let current = get_value(&self.host_api, &self.host_resource, host_name).await?;
+                return Ok(match current {
+                    Some(_) => HostCopy::Deleting,
+                    None => {
+                        self.delete_tokens(key).await?;
+                        HostCopy::Gone
+                    }
+                });
+            }
+            let grace = tenant_pod
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .and_then(|g| u32::try_from(g).ok());
+            let params = DeleteParams {
+                grace_period_seconds: grace,
+                ..exactly(str_at(host_pod, "/metadata/uid"))
             };
-            if ours {
-                if host_pod.pointer("/metadata/deletionTimestamp").is_some() {
-                    // Terminating on the host: its watch event brings us back. Asked
-                    // (a read) rather than trusted from the cache, so a host that
-                    // stopped answering meanwhile is noticed.
-                    let current = get_value(&self.host_api, &self.host_resource, host_name).await?;
-                    return Ok(match current {
-                        Some(_) => HostCopy::Deleting,
-                        None => {
-                            self.delete_tokens(key).await?;
-                            HostCopy::Gone
-                        }
+            let waited = self.write_budget().await;
+            self.count_write("delete");
+            match self.host_api.delete(host_name, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(source) => {
+                    return Err(SyncError::Api {
+                        verb: "delete",
+                        name: host_name.to_owned(),
+                        source,
                     });
                 }
-                let grace = tenant_pod
-                    .pointer("/metadata/deletionGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-                    .and_then(|g| u32::try_from(g).ok());
-                let params = DeleteParams {
-                    grace_period_seconds: grace,
-                    ..exactly(str_at(host_pod, "/metadata/uid"))
-                };
-                let waited = self.write_budget().await;
-                self.count_write("delete");
-                match self.host_api.delete(host_name, &params).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(status)) if status.code == 404 => {}
-                    Err(source) => {
-                        return Err(SyncError::Api {
-                            verb: "delete",
-                            name: host_name.to_owned(),
-                            source,
-                        });
-                    }
-                }
-                let grace_text = grace.map_or_else(
-                    || "the default grace period".to_owned(),
-                    |g| format!("a grace period of {g}s"),
-                );
-                self.decide(
-                    DecisionAction::Delete,
-                    key,
-                    str_at(tenant_pod, "/metadata/uid"),
-                    host_name,
-                    format!("the tenant Pod is being deleted; host Pod deleted with {grace_text}{waited}"),
-                );
-                return Ok(HostCopy::Deleting);
             }
+            let grace_text = grace.map_or_else(
+                || "the default grace period".to_owned(),
+                |g| format!("a grace period of {g}s"),
+            );
+            self.decide(
+                DecisionAction::Delete,
+                key,
+                str_at(tenant_pod, "/metadata/uid"),
+                host_name,
+                format!(
+                    "the tenant Pod is being deleted; host Pod deleted with {grace_text}{waited}"
+                ),
+            );
+            return Ok(HostCopy::Deleting);
         }
         // No host Pod of ours any more: its tokens go, then the tenant Pod may go.
         self.delete_tokens(key).await?;
@@ -854,12 +847,15 @@ impl KindSyncer {
             for copy in copies {
                 let copy = to_value(&copy)?;
                 let (name, labels, annotations) = tenantplane_core::plan::meta_of(&copy);
-                let Ok(identity) = reverse_lookup(name, &labels, &annotations) else {
+                let Some(identity) = source_in(
+                    name,
+                    &labels,
+                    &annotations,
+                    &self.ctx.target.tenant,
+                    &kind.group_kind(),
+                ) else {
                     continue;
                 };
-                if identity.tenant != self.ctx.target.tenant {
-                    continue;
-                }
                 let key = DependencyKey {
                     kind,
                     namespace: identity.virtual_namespace.clone(),

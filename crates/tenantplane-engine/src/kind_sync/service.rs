@@ -16,8 +16,6 @@ use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use serde_json::Value;
 use tenantplane_api::DecisionAction;
-use tenantplane_core::plan::meta_of;
-use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::services::address::{
     AddressPlan, Replacing, ServiceStep, cluster_ip, is_out_of_range, load_balancer_status,
     plan_address, refusal_fingerprint, service_step, without_allocations,
@@ -138,16 +136,6 @@ impl KindSyncer {
         }
         self.sync_tenant_endpoints(key, &tenant, &host_name, &path.endpoints)
             .await
-    }
-
-    pub(super) fn is_our_copy(&self, key: &Key, host: &Value) -> bool {
-        let (name, labels, annotations) = meta_of(host);
-        reverse_lookup(name, &labels, &annotations).is_ok_and(|id| {
-            id.tenant == self.ctx.target.tenant
-                && id.group_kind == self.group_kind
-                && id.virtual_namespace == key.0
-                && id.name == key.1
-        })
     }
 
     /// Makes the tenant Service carry the host copy's allocations.

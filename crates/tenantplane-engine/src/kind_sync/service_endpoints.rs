@@ -11,9 +11,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
+use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
 use tenantplane_core::plan::meta_of;
-use tenantplane_core::provenance::reverse_lookup;
+use tenantplane_core::provenance::source_in;
 use tenantplane_core::services::endpoints::{
     TenantPodRef, endpoints_from_host, endpoints_hold, tenant_endpoints,
 };
@@ -154,14 +155,19 @@ impl KindSyncer {
             let pod = get_value(&api, &resource, &name).await?;
             let tenant_pod = pod.as_ref().and_then(|pod| {
                 let (host_name, labels, annotations) = meta_of(pod);
-                let id = reverse_lookup(host_name, &labels, &annotations).ok()?;
-                (id.tenant == self.ctx.target.tenant && id.group_kind.kind == "Pod").then_some(
-                    TenantPodRef {
-                        namespace: id.virtual_namespace,
-                        name: id.name,
-                        uid: id.uid,
-                    },
-                )
+                let pod_kind = GroupKind::new("", "Pod");
+                let id = source_in(
+                    host_name,
+                    &labels,
+                    &annotations,
+                    &self.ctx.target.tenant,
+                    &pod_kind,
+                )?;
+                Some(TenantPodRef {
+                    namespace: id.virtual_namespace,
+                    name: id.name,
+                    uid: id.uid,
+                })
             });
             pods.insert(name, tenant_pod);
         }
