@@ -38,13 +38,17 @@ use crate::fairness::WriteBudget;
 use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
+mod dependency_copy;
 mod dependency_finalizer;
+mod dependency_gc;
+mod fields;
 mod host_events;
 mod ingress;
 mod namespaces;
 mod outage;
 mod pass_memory;
 mod pod;
+mod pod_path;
 mod problems;
 mod service;
 mod service_endpoint_slice;
@@ -57,7 +61,8 @@ mod two_way;
 
 pub use dependency_finalizer::LABEL_HOST_COPY;
 pub use host_events::{HOST_EVENTS_BURST, HOST_EVENTS_PER_SECOND, SyncedKinds, watch_host_events};
-pub use pod::{DEFAULT_HOST_UNREACHABLE_RELEASE, PodSettings, release_pod_finalizers};
+pub use pod::release_pod_finalizers;
+pub use pod_path::{DEFAULT_HOST_UNREACHABLE_RELEASE, PodSettings};
 pub use problems::{ConflictedObjects, ObjectProblems, ServiceCidrMismatches};
 pub use two_way::TwoWaySettings;
 
@@ -185,7 +190,7 @@ pub struct KindSyncer {
     ready: CancellationToken,
     pub progress: Arc<KindProgress>,
     /// Set for core Pods: the Pod path (dependencies, finalizers, status back).
-    pods: Option<pod::PodPath>,
+    pods: Option<pod_path::PodPath>,
     /// Set for kinds whose host copy depends on the tenant's namespaces.
     namespaces: Option<Store<DynamicObject>>,
     /// Set for core Services: the tenant Service carries its host copy's address.
@@ -244,7 +249,7 @@ impl KindSyncer {
             ready: CancellationToken::new(),
             progress,
             pods: (group_kind_is_pod)
-                .then(|| pod::PodPath::new(ctx.pods.clone(), ctx.tenant.clone())),
+                .then(|| pod_path::PodPath::new(ctx.pods.clone(), ctx.tenant.clone())),
             namespaces: namespace_cache.as_ref().map(|(_, store)| store.clone()),
             services: group_kind_is_service.then(service::ServicePath::new),
             two_way,
@@ -572,6 +577,14 @@ impl KindSyncer {
             },
             reason,
         );
+    }
+
+    /// Whether a Skip with this reason was not yet recorded for `host_name`.
+    fn skip_is_new(&self, host_name: &str, reason: &str) -> bool {
+        let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        refused
+            .get(host_name)
+            .is_none_or(|refusal| !refusal.reason.ends_with(reason))
     }
 
     /// Records a Skip once per (host name, desired hash, reason).

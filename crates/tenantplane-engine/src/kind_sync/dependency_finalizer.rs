@@ -7,6 +7,9 @@
 //! that carry it: a deletion is noticed from its watch event, not at the next full
 //! pass. Deleting a dependency a running Pod uses is allowed, as in Kubernetes: the
 //! host Pod keeps running (it is not recreated without it).
+//!
+//! A claim copy's volume copy goes with it ([`delete_volume_copy`]), here and in
+//! the dependency garbage collection.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,10 +22,12 @@ use serde_json::{Value, json};
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
 use tenantplane_core::pods::DependencyKind;
 use tenantplane_core::pods::status::FINALIZER;
+use tenantplane_core::pods::storage::copied_volume;
 use tenantplane_core::transform::dependency_to_host;
 
+use super::fields::{core_resource, get_value, str_at, string_list};
 use super::outage::{is_unreachable, released_reason};
-use super::pod::{get_value, str_at, string_list};
+use super::pod_path::DependencyRef;
 use super::{Key, KindSyncer, SyncError, watch_backoff};
 use crate::deletion::{delete_exact, exactly};
 
@@ -35,9 +40,6 @@ pub(super) const DEPENDENCY_KINDS: [DependencyKind; 3] = [
     DependencyKind::Secret,
     DependencyKind::PersistentVolumeClaim,
 ];
-
-/// A dependency of a tenant Pod: its kind and `(namespace, name)`.
-pub(super) type DependencyRef = (DependencyKind, Key);
 
 fn resource(kind: DependencyKind) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", kind.as_str()))
@@ -287,7 +289,7 @@ impl KindSyncer {
         if kind == DependencyKind::PersistentVolumeClaim
             && let Some(volume) = str_at(&copy, "/spec/volumeName")
         {
-            super::storage::delete_volume_copy(self, &volume).await?;
+            delete_volume_copy(self, &volume).await?;
         }
         Ok(waited)
     }
@@ -340,4 +342,39 @@ pub(super) async fn release_dependency_finalizers(tenant: &Client) -> Result<usi
         released += release_finalizers(tenant, &resource(kind), Some(&selector())).await?;
     }
     Ok(released)
+}
+
+/// Deletes host PV `name` once its claim copy is gone, if it is this tenant's copy.
+pub(super) async fn delete_volume_copy(syncer: &KindSyncer, name: &str) -> Result<(), SyncError> {
+    let pv_resource = core_resource("PersistentVolume");
+    let host_pvs: Api<DynamicObject> = Api::all_with(syncer.ctx.host.clone(), &pv_resource);
+    let Some(pv) = get_value(&host_pvs, &pv_resource, name).await? else {
+        return Ok(());
+    };
+    let Some(virtual_name) = copied_volume(&syncer.ctx.target, &pv).map(str::to_owned) else {
+        return Ok(());
+    };
+    if pv.pointer("/metadata/deletionTimestamp").is_some() {
+        return Ok(());
+    }
+    syncer.count_write("delete");
+    let deleted = delete_exact(&host_pvs, name, &exactly(str_at(&pv, "/metadata/uid")))
+        .await
+        .map_err(|source| SyncError::Api {
+            verb: "delete",
+            name: name.to_owned(),
+            source,
+        })?;
+    if !deleted {
+        return Ok(());
+    }
+    syncer.ctx.decisions.send(
+        DecisionAction::Delete,
+        "v1",
+        "PersistentVolume",
+        TenantObjectRef { namespace: String::new(), name: virtual_name, uid: None },
+        HostTarget { namespace: String::new(), name: name.to_owned() },
+        "its claim copy was removed: no synced Pod uses the claim any more (the volume itself is retained)".into(),
+    );
+    Ok(())
 }

@@ -24,7 +24,7 @@ use tenantplane_core::kinds::GroupKind;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::pod::{get_value, str_at};
+use super::fields::{get_value, str_at};
 use super::{SyncContext, post_params, typed_value, watch_backoff};
 use crate::fairness::WriteBudget;
 use crate::metrics::OutcomeLabels;

@@ -13,7 +13,8 @@ use tenantplane_core::services::address::load_balancer_status;
 use tenantplane_core::services::ingress::host_collision;
 use tenantplane_core::services::ingress_refs::{class_refusal, tls_secrets};
 
-use super::pod::{DependencyState, put_status, str_at};
+use super::dependency_copy::DependencyState;
+use super::fields::{put_status, str_at};
 use super::{Key, KindSyncer, SyncError};
 
 impl KindSyncer {

@@ -21,7 +21,7 @@ use tenantplane_core::services::address::{
     plan_address, refusal_fingerprint, service_step, without_allocations,
 };
 
-use super::pod::{put_status, str_at};
+use super::fields::{put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params};
 use crate::deletion::exactly;
 

@@ -10,7 +10,7 @@ use tenantplane_core::services::endpoint_slice::{
     endpoint_slice_holds, managed_by_tenantplane, tenant_endpoint_slice,
 };
 
-use super::pod::get_value;
+use super::fields::get_value;
 use super::service_endpoints::replace_or_create;
 use super::{Key, KindSyncer, SyncError};
 

@@ -19,7 +19,7 @@ use tenantplane_core::services::endpoints::{
     TenantPodRef, endpoints_from_host, endpoints_hold, tenant_endpoints,
 };
 
-use super::pod::{get_value, str_at};
+use super::fields::{get_value, str_at};
 use super::{Key, KindSyncer, SyncError, post_params, watch_backoff};
 
 fn endpoints_resource() -> ApiResource {

@@ -75,6 +75,6 @@ impl KindSyncer {
                 instance: None,
             },
         );
-        super::pod::warn_tenant_object(&recorder, api_version, kind, object, reason, note).await;
+        super::fields::warn_tenant_object(&recorder, api_version, kind, object, reason, note).await;
     }
 }

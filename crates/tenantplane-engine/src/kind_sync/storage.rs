@@ -3,23 +3,19 @@
 //! identity, then the claim, bound by name to that copy.
 
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::DynamicObject;
 use serde_json::Value;
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
 use tenantplane_core::pods::DependencyKind;
 use tenantplane_core::pods::status::pvc_status_update;
 use tenantplane_core::pods::storage::{
-    bound_volume, copied_volume, host_pv, host_pvc, pv_host_name, pv_is_ours, volume_secrets,
+    bound_volume, host_pv, host_pvc, pv_host_name, pv_is_ours, volume_secrets,
 };
 use tenantplane_core::write_outcome::WriteOutcome;
 
-use super::pod::{DependencyState, get_value, put_status, str_at};
+use super::dependency_copy::DependencyState;
+use super::fields::{core_resource, get_value, put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params};
-use crate::deletion::{delete_exact, exactly};
-
-fn resource(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", kind))
-}
 
 pub(super) async fn ensure_claim(
     syncer: &KindSyncer,
@@ -29,7 +25,7 @@ pub(super) async fn ensure_claim(
     field: &str,
 ) -> Result<DependencyState, SyncError> {
     let ctx = &syncer.ctx;
-    let pvc_resource = resource("PersistentVolumeClaim");
+    let pvc_resource = core_resource("PersistentVolumeClaim");
     let tenant_pvcs: Api<DynamicObject> =
         Api::namespaced_with(ctx.tenant.clone(), namespace, &pvc_resource);
     let Some(tenant_pvc) = get_value(&tenant_pvcs, &pvc_resource, name).await? else {
@@ -48,7 +44,7 @@ pub(super) async fn ensure_claim(
         Err(err) => return Ok(DependencyState::Waiting(err.to_string())),
     };
     // The PV first, with its CSI Secrets, so the claim copy binds as soon as it exists.
-    let pv_resource = resource("PersistentVolume");
+    let pv_resource = core_resource("PersistentVolume");
     let tenant_pvs: Api<DynamicObject> = Api::all_with(ctx.tenant.clone(), &pv_resource);
     let Some(tenant_pv) = get_value(&tenant_pvs, &pv_resource, &volume).await? else {
         return Ok(DependencyState::Waiting(format!(
@@ -157,39 +153,4 @@ pub(super) async fn ensure_claim(
         put_status(&tenant_pvcs, &tenant_pvc, status).await?;
     }
     Ok(DependencyState::Ready)
-}
-
-/// Deletes host PV `name` once its claim copy is gone, if it is this tenant's copy.
-pub(super) async fn delete_volume_copy(syncer: &KindSyncer, name: &str) -> Result<(), SyncError> {
-    let pv_resource = resource("PersistentVolume");
-    let host_pvs: Api<DynamicObject> = Api::all_with(syncer.ctx.host.clone(), &pv_resource);
-    let Some(pv) = get_value(&host_pvs, &pv_resource, name).await? else {
-        return Ok(());
-    };
-    let Some(virtual_name) = copied_volume(&syncer.ctx.target, &pv).map(str::to_owned) else {
-        return Ok(());
-    };
-    if pv.pointer("/metadata/deletionTimestamp").is_some() {
-        return Ok(());
-    }
-    syncer.count_write("delete");
-    let deleted = delete_exact(&host_pvs, name, &exactly(str_at(&pv, "/metadata/uid")))
-        .await
-        .map_err(|source| SyncError::Api {
-            verb: "delete",
-            name: name.to_owned(),
-            source,
-        })?;
-    if !deleted {
-        return Ok(());
-    }
-    syncer.ctx.decisions.send(
-        DecisionAction::Delete,
-        "v1",
-        "PersistentVolume",
-        TenantObjectRef { namespace: String::new(), name: virtual_name, uid: None },
-        HostTarget { namespace: String::new(), name: name.to_owned() },
-        "its claim copy was removed: no synced Pod uses the claim any more (the volume itself is retained)".into(),
-    );
-    Ok(())
 }

@@ -22,7 +22,8 @@ use tenantplane_core::pods::tokens::{
 };
 use tenantplane_core::pods::{HostPod, NodeView};
 
-use super::pod::{DependencyState, get_value, put_status, str_at};
+use super::dependency_copy::DependencyState;
+use super::fields::{get_value, put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params, typed_value};
 use crate::deletion::{delete_exact, exactly};
 
