@@ -21,6 +21,27 @@ pub(super) enum DependencyState {
     Waiting(String),
 }
 
+/// The host's answer to writing a dependency copy: `None` when written, the host's
+/// message when it refused the copy ([`WriteOutcome::Refused`]: the Pod waits, with
+/// this reason); a conflict or any other failure is an error, retried.
+pub(super) fn refusal<T>(
+    answer: Result<T, kube::Error>,
+    verb: &'static str,
+    host_name: &str,
+) -> Result<Option<String>, SyncError> {
+    match answer {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(status)) if WriteOutcome::of_status(status.code).is_refused() => {
+            Ok(Some(status.message))
+        }
+        Err(source) => Err(SyncError::Api {
+            verb,
+            name: host_name.to_owned(),
+            source,
+        }),
+    }
+}
+
 impl KindSyncer {
     /// Copies tenant object `namespace/name` of core `kind` to the host, marked as a
     /// Pod dependency unless its kind is synced for its own sake. `adjust` changes
@@ -112,23 +133,12 @@ impl KindSyncer {
             self.count_write("update");
             host_api.replace(&host_name, &post_params(), &body).await
         };
-        match result {
-            Ok(_) => {}
-            // A Conflict is an error: someone else wrote it meanwhile (another Pod's
-            // worker), and the next look decides again.
-            Err(kube::Error::Api(status)) if WriteOutcome::of_status(status.code).is_refused() => {
-                return Ok(DependencyState::Waiting(format!(
-                    "the host API server refused its copy: {}",
-                    status.message
-                )));
-            }
-            Err(source) => {
-                return Err(SyncError::Api {
-                    verb: "write",
-                    name: host_name,
-                    source,
-                });
-            }
+        // A Conflict is an error: someone else wrote it meanwhile (another Pod's
+        // worker), and the next look decides again.
+        if let Some(refused) = refusal(result, "write", &host_name)? {
+            return Ok(DependencyState::Waiting(format!(
+                "the host API server refused its copy: {refused}"
+            )));
         }
         self.ctx.decisions.send(
             action,

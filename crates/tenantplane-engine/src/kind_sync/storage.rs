@@ -11,9 +11,8 @@ use tenantplane_core::pods::status::pvc_status_update;
 use tenantplane_core::pods::storage::{
     bound_volume, host_pv, host_pvc, pv_host_name, pv_is_ours, volume_secrets,
 };
-use tenantplane_core::write_outcome::WriteOutcome;
 
-use super::dependency_copy::DependencyState;
+use super::dependency_copy::{DependencyState, refusal};
 use super::fields::{core_resource, get_value, put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params};
 
@@ -90,24 +89,12 @@ pub(super) async fn ensure_claim(
                 serde_json::from_value(object).map_err(|e| SyncError::Decode(e.to_string()))?;
             let waited = syncer.write_budget().await;
             syncer.count_write("create");
-            match host_pvs.create(&post_params(), &body).await {
-                Ok(_) => {}
-                // A Conflict is an error: the next look finds the copy and checks it.
-                Err(kube::Error::Api(status))
-                    if WriteOutcome::of_status(status.code).is_refused() =>
-                {
-                    return Ok(DependencyState::Waiting(format!(
-                        "the host API server refused the copy of PersistentVolume {volume}: {}",
-                        status.message
-                    )));
-                }
-                Err(source) => {
-                    return Err(SyncError::Api {
-                        verb: "create",
-                        name: pv_name,
-                        source,
-                    });
-                }
+            let created = host_pvs.create(&post_params(), &body).await;
+            // A Conflict is an error: the next look finds the copy and checks it.
+            if let Some(refused) = refusal(created, "create", &pv_name)? {
+                return Ok(DependencyState::Waiting(format!(
+                    "the host API server refused the copy of PersistentVolume {volume}: {refused}"
+                )));
             }
             ctx.decisions.send(
                 DecisionAction::Create,
