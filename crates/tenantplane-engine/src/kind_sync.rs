@@ -94,6 +94,16 @@ struct Refusal {
 /// A tenant object's key: its virtual namespace and name.
 pub type Key = (String, String);
 
+/// One item of a syncer's work queue.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Work {
+    /// Sync tenant object `key` with its host copy.
+    Object(Key),
+    /// The Pod path, after a full pass: remove the dependency copies and tenant
+    /// Nodes that no Pod uses any more (their last Pod may have gone unwatched).
+    CollectUnused,
+}
+
 /// What every kind of one tenant shares.
 pub struct SyncContext {
     pub target: TenantTarget,
@@ -172,7 +182,7 @@ pub struct KindSyncer {
     tenant_store: Store<DynamicObject>,
     host_store: Store<DynamicObject>,
     host_api: Api<DynamicObject>,
-    queue: Arc<WorkQueue<Key>>,
+    queue: Arc<WorkQueue<Work>>,
     /// What the server made of our last write per host name (see [`WriteMemo`]).
     memos: Mutex<HashMap<String, WriteMemo>>,
     /// Host objects this syncer created that its host watch has not shown yet, by
@@ -184,7 +194,7 @@ pub struct KindSyncer {
     refused: Mutex<HashMap<String, Refusal>>,
     /// When each key was first seen changed, for the latency histogram.
     seen_at: Mutex<HashMap<Key, Instant>>,
-    attempts: Mutex<HashMap<Key, u32>>,
+    attempts: Mutex<HashMap<Work, u32>>,
     /// Fired once both caches hold a complete list. (A store's own
     /// `wait_until_ready` wakes only one waiter, so one task waits and fires this.)
     ready: CancellationToken,
@@ -364,7 +374,7 @@ impl KindSyncer {
             .unwrap_or_else(PoisonError::into_inner)
             .entry(key.clone())
             .or_insert_with(Instant::now);
-        self.queue.add(key);
+        self.queue.add(Work::Object(key));
     }
 
     /// Feeds one side's watch events into the queue. `key_of` maps an object to the
@@ -386,7 +396,7 @@ impl KindSyncer {
                     | watcher::Event::InitApply(obj),
                 ) => match key_of(&self, &obj) {
                     Some(key) if changed => self.enqueue_changed(key),
-                    Some(key) => self.queue.add(key),
+                    Some(key) => self.queue.add(Work::Object(key)),
                     None => {}
                 },
                 // A re-list after a disconnect: objects deleted meanwhile are found
@@ -459,17 +469,17 @@ impl KindSyncer {
             if let Some(key) = Self::key_of(&obj)
                 && !is_system_namespace(&key.0)
             {
-                self.queue.add(key);
+                self.queue.add(Work::Object(key));
             }
         }
         for obj in self.host_store.state() {
             if let Some(key) = self.key_of_host(&obj) {
-                self.queue.add(key);
+                self.queue.add(Work::Object(key));
             }
         }
         if self.pods.is_some() {
             // Dependency copies whose last Pod went while nobody was watching.
-            self.queue.add(pod::gc_key());
+            self.queue.add(Work::CollectUnused);
         }
     }
 
@@ -520,21 +530,25 @@ impl KindSyncer {
         // Never plan from a half-filled cache: an object missing from a tenant cache
         // that is still listing would look deleted, and be garbage-collected.
         self.ready.cancelled().await;
-        while let Some(key) = self.queue.next().await {
-            let result = self.sync(&key).await;
+        while let Some(work) = self.queue.next().await {
+            let (result, key) = match &work {
+                Work::Object(key) => (self.sync(key).await, key.clone()),
+                // Logged and reported under an empty key, as no object has one.
+                Work::CollectUnused => (self.collect_unused().await, Key::default()),
+            };
             match result {
                 Ok(()) => {
                     self.attempts
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
-                        .remove(&key);
+                        .remove(&work);
                 }
                 Err(err) => {
                     self.ctx.metrics.sync_errors.inc();
                     let attempt = {
                         let mut attempts =
                             self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
-                        let n = attempts.entry(key.clone()).or_insert(0);
+                        let n = attempts.entry(work.clone()).or_insert(0);
                         *n = n.saturating_add(1);
                         *n
                     };
@@ -543,11 +557,16 @@ impl KindSyncer {
                         .error(format!("{} {}/{}: {err}", self.group_kind, key.0, key.1));
                     let backoff = Duration::from_millis(100u64.saturating_mul(1 << attempt.min(8)));
                     self.queue
-                        .add_after(key.clone(), backoff.min(Duration::from_secs(30)));
+                        .add_after(work.clone(), backoff.min(Duration::from_secs(30)));
                 }
             }
-            self.queue.done(&key);
+            self.queue.done(&work);
         }
+    }
+
+    /// Syncs `key` again after `delay`.
+    fn requeue_after(&self, key: &Key, delay: Duration) {
+        self.queue.add_after(Work::Object(key.clone()), delay);
     }
 
     fn tenant_ref(&self, key: &Key, uid: Option<String>) -> TenantObjectRef {

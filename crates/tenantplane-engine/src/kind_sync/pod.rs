@@ -54,12 +54,6 @@ enum HostCopy {
     Gone,
 }
 
-/// The key a full pass queues to run dependency garbage collection (no Pod has an
-/// empty namespace or name).
-pub(super) fn gc_key() -> Key {
-    (String::new(), String::new())
-}
-
 /// Removes tenantplane's finalizer from every tenant Pod and every tenant Pod
 /// dependency: the TenantCluster is going, its host copies are removed by the
 /// controller, and nothing would ever release these objects otherwise. Returns
@@ -74,12 +68,14 @@ impl KindSyncer {
         Api::namespaced_with(self.ctx.tenant.clone(), namespace, &self.tenant_resource)
     }
 
-    /// Syncs one tenant Pod (or, for [`gc_key`], collects unused dependency copies).
+    /// Removes the tenant Nodes and dependency copies no Pod uses any more.
+    pub(super) async fn collect_unused(&self) -> Result<(), SyncError> {
+        self.collect_nodes().await?;
+        self.collect_dependencies().await
+    }
+
+    /// Syncs one tenant Pod.
     pub(super) async fn sync_pod(&self, key: &Key) -> Result<(), SyncError> {
-        if *key == gc_key() {
-            self.collect_nodes().await?;
-            return self.collect_dependencies().await;
-        }
         let (tenant_pod, host_name, host_pod) = self.cached_pair(key)?;
         let Some(tenant_pod) = tenant_pod else {
             // Gone without our finalizer (it was never synced, or removed by hand).
@@ -151,7 +147,7 @@ impl KindSyncer {
                 Ok(None) => {
                     let why = "waits for the tenant DNS: not ready (its Service has no IP yet)";
                     self.skip_once(key, uid, &host_name, "", why.into());
-                    self.queue.add_after(key.clone(), DNS_RETRY);
+                    self.requeue_after(key, DNS_RETRY);
                     return Ok(());
                 }
                 Err(source) => {
@@ -314,7 +310,7 @@ impl KindSyncer {
         {
             Ok(HostCopy::Deleting) => {
                 outages.answered("Pod", key);
-                self.queue.add_after(key.clone(), TERMINATING_RECHECK);
+                self.requeue_after(key, TERMINATING_RECHECK);
                 return Ok(());
             }
             Ok(HostCopy::Gone) => None,

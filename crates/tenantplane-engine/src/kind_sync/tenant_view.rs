@@ -183,7 +183,7 @@ impl KindSyncer {
 
     fn queue_after(&self, key: &Key, seconds: i64) {
         let delay = Duration::from_secs(u64::try_from(seconds.max(1)).unwrap_or(1));
-        self.queue.add_after(key.clone(), delay);
+        self.requeue_after(key, delay);
     }
 
     /// Deletes the token Secret of a Pod that is gone from the host.

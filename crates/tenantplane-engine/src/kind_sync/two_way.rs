@@ -77,8 +77,7 @@ impl KindSyncer {
                 .is_stale(Side::Host, host_name, version(host))
         {
             // Our last write has not reached the cache yet: its event brings the key back.
-            self.queue
-                .add_after(key.clone(), Duration::from_millis(200));
+            self.requeue_after(key, Duration::from_millis(200));
             return Ok(());
         }
         let quiet = self.passes.quiet(key, tenant, host);
