@@ -8,13 +8,19 @@ use anyhow::{Context, Result};
 
 /// A field of `/proc/self/status` in KiB (`VmRSS`, `VmHWM`).
 pub fn status_kib(field: &str) -> Result<u64> {
-    let text = std::fs::read_to_string("/proc/self/status").context("read /proc/self/status")?;
+    process_status_kib("self", field)
+}
+
+/// A field of `/proc/<process>/status` in KiB; `process` is a PID or `self`.
+pub fn process_status_kib(process: &str, field: &str) -> Result<u64> {
+    let path = format!("/proc/{process}/status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
     text.lines()
         .find_map(|line| {
             let rest = line.strip_prefix(field)?.strip_prefix(':')?;
             rest.trim().strip_suffix("kB")?.trim().parse().ok()
         })
-        .with_context(|| format!("no {field} in /proc/self/status"))
+        .with_context(|| format!("no {field} in {path}"))
 }
 
 /// Resets the process's peak RSS (`VmHWM`) to its current RSS (Linux >= 4.0:

@@ -63,14 +63,7 @@ impl Drop for ControllerProcess {
 
 /// `VmRSS` of a process, in KiB.
 fn rss_kib(pid: u32) -> Result<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("read /proc/{pid}/status"))?;
-    text.lines()
-        .find_map(|line| {
-            let rest = line.strip_prefix("VmRSS:")?;
-            rest.trim().strip_suffix("kB")?.trim().parse().ok()
-        })
-        .context("no VmRSS")
+    crate::procfs::process_status_kib(&pid.to_string(), "VmRSS")
 }
 
 /// Open WATCH requests, from `apiserver_longrunning_gauge`.

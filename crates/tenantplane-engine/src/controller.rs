@@ -131,15 +131,19 @@ impl Context {
         Arc::clone(engines.entry(key.clone()).or_default())
     }
 
-    fn take_slots(&self, key: Option<&(String, String)>) -> Vec<EngineSlot> {
+    /// Removes the slots whose key (namespace, name) `which` selects.
+    fn take_slots(
+        &self,
+        which: impl Fn(&(String, String)) -> bool,
+    ) -> Vec<((String, String), EngineSlot)> {
         let mut engines = self
             .engines
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match key {
-            Some(key) => engines.remove(key).into_iter().collect(),
-            None => engines.drain().map(|(_, slot)| slot).collect(),
-        }
+        let keys: Vec<(String, String)> = engines.keys().filter(|k| which(k)).cloned().collect();
+        keys.into_iter()
+            .filter_map(|key| engines.remove(&key).map(|slot| (key, slot)))
+            .collect()
     }
 
     /// An engine is stopped (or about to be): no decisions routed to it, and it no
@@ -153,20 +157,7 @@ impl Context {
 
     /// Stops the engines of one shard (its gate is closed: none starts again).
     async fn stop_shard(&self, gates: &ShardGates, shard: u32) {
-        let slots: Vec<((String, String), EngineSlot)> = {
-            let mut engines = self
-                .engines
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let keys: Vec<(String, String)> = engines
-                .keys()
-                .filter(|(namespace, name)| gates.shard_of(namespace, name) == shard)
-                .cloned()
-                .collect();
-            keys.into_iter()
-                .filter_map(|key| engines.remove(&key).map(|slot| (key, slot)))
-                .collect()
-        };
+        let slots = self.take_slots(|(namespace, name)| gates.shard_of(namespace, name) == shard);
         for ((namespace, name), slot) in slots {
             if let Some(running) = slot.lock().await.take() {
                 self.engine_stopped(&namespace, &name);
@@ -269,7 +260,7 @@ pub async fn run_with_routes(
         .await;
     ctx.routes.clear();
     ctx.config.metrics.engines_running.clear();
-    for slot in ctx.take_slots(None) {
+    for (_, slot) in ctx.take_slots(|_| true) {
         if let Some(running) = slot.lock().await.take() {
             stop(running).await;
         }
@@ -762,7 +753,8 @@ async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileE
     let namespace = tc.namespace().ok_or(ReconcileError::NoNamespace)?;
     let name = tc.name_any();
     let mut running = None;
-    for slot in ctx.take_slots(Some(&(namespace.clone(), name.clone()))) {
+    let key = (namespace.clone(), name.clone());
+    for (_, slot) in ctx.take_slots(|k| *k == key) {
         running = running.or(slot.lock().await.take());
     }
     if let Some(running) = running {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::ExponentialBackoff;
@@ -300,13 +300,14 @@ impl KindSyncer {
             let s = Arc::clone(&syncer);
             let selector = host_selector(&ctx.target.tenant, &s.group_kind);
             let config = watcher::Config::default().labels(&selector);
+            let seen = Arc::clone(&s);
             let stream = reflector::reflector(
                 host_writer,
                 watcher(host_api, config).backoff(watch_backoff()),
             )
+            .inspect_ok(move |event| seen.host_event_seen(event))
             .boxed();
-            tasks
-                .spawn(async move { s.watch("host", stream, Self::key_of_host_seen, false).await });
+            tasks.spawn(async move { s.watch("host", stream, Self::key_of_host, false).await });
         }
         {
             let s = Arc::clone(&syncer);
@@ -401,15 +402,7 @@ impl KindSyncer {
                 },
                 // A re-list after a disconnect: objects deleted meanwhile are found
                 // by the full pass it triggers.
-                Ok(watcher::Event::InitDone) => {
-                    if side == "host" {
-                        self.unseen_creates
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .clear();
-                    }
-                    self.full_pass()
-                }
+                Ok(watcher::Event::InitDone) => self.full_pass(),
                 Ok(watcher::Event::Init) => {}
                 Err(err) => {
                     tracing::warn!(%err, side, kind = %self.group_kind, tenant = %self.ctx.target.tenant, "watch failed; retrying");
@@ -450,17 +443,25 @@ impl KindSyncer {
         self.is_copy(&self.group_kind, key, host)
     }
 
-    /// [`Self::key_of_host`] for a host watch event, which also shows the object:
-    /// from now on the cache, not the record of our create, says what is there.
-    /// (A relist, `InitDone`, clears every record: what it did not list is gone.)
-    fn key_of_host_seen(&self, obj: &DynamicObject) -> Option<Key> {
-        if let Some(name) = obj.metadata.name.as_deref() {
-            self.unseen_creates
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(name);
+    /// A host watch event shows what is there: from now on the cache, not the record
+    /// of our create, answers for that name. A relist (`InitDone`) clears every
+    /// record: what it did not list is gone.
+    fn host_event_seen(&self, event: &watcher::Event<DynamicObject>) {
+        let mut unseen = self
+            .unseen_creates
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match event {
+            watcher::Event::Apply(obj)
+            | watcher::Event::Delete(obj)
+            | watcher::Event::InitApply(obj) => {
+                if let Some(name) = obj.metadata.name.as_deref() {
+                    unseen.remove(name);
+                }
+            }
+            watcher::Event::InitDone => unseen.clear(),
+            watcher::Event::Init => {}
         }
-        self.key_of_host(obj)
     }
 
     /// Queues every key on either side.

@@ -47,6 +47,28 @@ impl LeaseConfig {
             retry_every: Duration::from_secs(2),
         }
     }
+
+    /// With a lease of `duration`: renewed every third of it, work stopped after two
+    /// thirds without a renewal (15 s gives the defaults above).
+    pub fn with_duration(self, duration: Duration) -> Self {
+        Self {
+            lease_duration: duration,
+            renew_every: renew_every(duration),
+            renew_deadline: renew_deadline(duration),
+            ..self
+        }
+    }
+}
+
+/// How often a holder renews a Lease of `duration`.
+pub fn renew_every(duration: Duration) -> Duration {
+    duration / 3
+}
+
+/// How long a holder may fail to renew a Lease of `duration` before it stops its
+/// work: it must be done before anyone else may see the Lease expired.
+pub fn renew_deadline(duration: Duration) -> Duration {
+    duration * 2 / 3
 }
 
 /// When this replica last saw the Lease change, by its own monotonic clock. A
@@ -126,7 +148,7 @@ pub async fn run_as_leader<F, Fut>(
                 lost.cancel();
                 let _ = task.await;
                 if shutdown.is_cancelled() {
-                    release(&api, &config).await;
+                    release(&api, &config.name, &config.holder).await;
                 }
             }
             Ok(Attempt::HeldByOther(holder)) => {
@@ -223,27 +245,19 @@ async fn try_acquire(
     }
 }
 
-/// Gives the lease up on a clean shutdown, so a standby takes over at once.
-async fn release(api: &Api<Lease>, config: &LeaseConfig) {
-    let Ok(Some(mut lease)) = api.get_opt(&config.name).await else {
+/// Gives the Lease `name` up if `holder` still holds it, so another replica takes
+/// it at once (on a clean shutdown; a failure only means it expires by itself).
+pub(crate) async fn release(api: &Api<Lease>, name: &str, holder: &str) {
+    let Ok(Some(mut lease)) = api.get_opt(name).await else {
         return;
     };
-    if lease
-        .spec
-        .as_ref()
-        .and_then(|s| s.holder_identity.as_deref())
-        != Some(&config.holder)
-    {
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    if spec.holder_identity.as_deref() != Some(holder) {
         return;
     }
-    if let Some(spec) = lease.spec.as_mut() {
-        spec.holder_identity = None;
-    }
-    if let Err(err) = api
-        .replace(&config.name, &PostParams::default(), &lease)
-        .await
-    {
-        tracing::warn!(%err, "could not release the lease; it expires by itself");
+    spec.holder_identity = None;
+    if let Err(err) = api.replace(name, &PostParams::default(), &lease).await {
+        tracing::warn!(%err, lease = %name, "could not release the lease; it expires by itself");
     }
 }
 

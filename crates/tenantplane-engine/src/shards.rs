@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::leader::LeaseObserver;
+use crate::leader::{self, LeaseObserver};
 use crate::metrics::Metrics;
 
 /// Every Lease of one shard group carries this label (its value: the group).
@@ -66,13 +66,11 @@ impl ShardConfig {
     }
 
     fn renew_every(&self) -> Duration {
-        self.lease_duration / 3
+        leader::renew_every(self.lease_duration)
     }
 
-    /// A holder that could not renew for this long stops its work: it must be done
-    /// before anyone else may see the Lease expired.
     fn renew_deadline(&self) -> Duration {
-        self.lease_duration * 2 / 3
+        leader::renew_deadline(self.lease_duration)
     }
 
     pub fn shard_lease_name(&self, shard: u32) -> String {
@@ -524,22 +522,12 @@ where
             let _ = task.await;
         }
         for shard in held {
-            let name = self.config.shard_lease_name(shard);
-            let Ok(Some(mut lease)) = self.api.get_opt(&name).await else {
-                continue;
-            };
-            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-            if spec.holder_identity.as_deref() != Some(self.config.holder.as_str()) {
-                continue;
-            }
-            spec.holder_identity = None;
-            if let Err(error) = self
-                .api
-                .replace(&name, &PostParams::default(), &lease)
-                .await
-            {
-                tracing::warn!(shard, %error, "could not release the shard's Lease; it expires by itself");
-            }
+            leader::release(
+                &self.api,
+                &self.config.shard_lease_name(shard),
+                &self.config.holder,
+            )
+            .await;
         }
         if let Err(error) = self
             .api

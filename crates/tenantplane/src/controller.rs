@@ -265,12 +265,8 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             probe_interval,
         }
     };
-    let lease = LeaseConfig {
-        lease_duration: Duration::from_secs(args.lease_duration_secs),
-        renew_every: Duration::from_secs(args.lease_duration_secs) / 3,
-        renew_deadline: Duration::from_secs(args.lease_duration_secs) * 2 / 3,
-        ..LeaseConfig::new(&args.lease_namespace, &args.lease_name, &instance)
-    };
+    let lease = LeaseConfig::new(&args.lease_namespace, &args.lease_name, &instance)
+        .with_duration(Duration::from_secs(args.lease_duration_secs));
     // Ready once connected: a standby replica is ready too, it just does not write.
     state.ready.store(true, Ordering::Relaxed);
     if args.shards.is_some() {
