@@ -69,6 +69,10 @@ pub(super) struct PodPath {
     pub(super) outages: HostOutages,
     /// Tenant dependencies being deleted, to finalize.
     pub(super) dependencies: Arc<WorkQueue<DependencyRef>>,
+    /// Held while a tenant Node is made and a Pod bound to it, and while unused
+    /// Nodes are collected: a collection that read the Pods before a binding and
+    /// the Nodes after it would otherwise delete the Node just bound to.
+    pub(super) nodes: tokio::sync::Mutex<()>,
 }
 
 impl PodPath {
@@ -91,6 +95,7 @@ impl PodPath {
             events: Recorder::new(tenant, reporter),
             outages: HostOutages::new(settings.host_unreachable_release),
             dependencies: WorkQueue::new(),
+            nodes: tokio::sync::Mutex::new(()),
         }
     }
 }

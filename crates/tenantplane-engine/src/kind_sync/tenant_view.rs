@@ -234,6 +234,7 @@ impl KindSyncer {
         {
             return Ok(false);
         }
+        let _nodes = self.pod_path()?.nodes.lock().await;
         let node = self.ensure_tenant_node(&host_node).await?;
         let binding = serde_json::json!({"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": key.1, "namespace": key.0, "uid": str_at(tenant_pod, "/metadata/uid")},
@@ -344,6 +345,23 @@ impl KindSyncer {
         Ok(())
     }
 
+    /// Whether the tenant API server has a Pod bound to tenant Node `name`.
+    async fn has_bound_pods(&self, name: &str) -> Result<bool, SyncError> {
+        let pods: Api<DynamicObject> = Api::all_with(self.ctx.tenant.clone(), &core("Pod"));
+        let bound = ListParams::default()
+            .fields(&format!("spec.nodeName={name}"))
+            .limit(1);
+        let list = pods
+            .list_metadata(&bound)
+            .await
+            .map_err(|source| SyncError::Api {
+                verb: "list",
+                name: format!("pods on {name}"),
+                source,
+            })?;
+        Ok(!list.items.is_empty())
+    }
+
     /// The host node, when it exists and tenantplane may read it.
     async fn host_node(&self, name: &str) -> Option<Value> {
         let nodes: Api<Node> = Api::all(self.ctx.host.clone());
@@ -406,6 +424,7 @@ impl KindSyncer {
     /// (in `scheduled` mode also while their host node is schedulable, created if
     /// missing), removed otherwise.
     pub(super) async fn collect_nodes(&self) -> Result<(), SyncError> {
+        let _nodes = self.pod_path()?.nodes.lock().await;
         let view = self.node_view();
         let used: BTreeSet<String> = self
             .tenant_store
@@ -459,6 +478,10 @@ impl KindSyncer {
                     self.refresh_tenant_node(&nodes, &node, host_name, host.as_ref())
                         .await?;
                 }
+                continue;
+            }
+            // The cache may not show a binding made moments ago: ask the server.
+            if self.has_bound_pods(&name).await? {
                 continue;
             }
             let params = exactly(str_at(&node, "/metadata/uid"));
