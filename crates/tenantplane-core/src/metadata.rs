@@ -105,6 +105,15 @@ pub fn merge_metadata(
 }
 
 /// A label selector (`key=value,...`) for every host object of one tenant and kind.
+/// The label selector of every tenant's host copies of `group_kind`: what one
+/// watch shared by all TenantClusters selects.
+pub fn host_kind_selector(group_kind: &GroupKind) -> String {
+    format!(
+        "{LABEL_MANAGED_BY}={MANAGED_BY_VALUE},{LABEL_KIND}={}",
+        group_kind.kind
+    )
+}
+
 pub fn host_selector(tenant: &str, group_kind: &GroupKind) -> String {
     format!(
         "{LABEL_MANAGED_BY}={MANAGED_BY_VALUE},{LABEL_TENANT}={tenant},{LABEL_KIND}={}",

@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use crate::decisions::{DecisionRoutes, MANAGER, RecorderConfig, TenantDecision, start_recorder};
 use crate::deletion::{delete_exact, exactly};
 use crate::engine::{Engine, EngineSpec, KindState};
+use crate::host_watches::HostWatches;
 use crate::isolation::{ObjectAction, apply_isolation};
 use crate::kind_sync::{PodSettings, release_pod_finalizers};
 use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER, TenantLabels};
@@ -120,6 +121,8 @@ struct Context {
     engines: std::sync::Mutex<HashMap<(String, String), EngineSlot>>,
     /// Sharded: the shards this replica holds.
     gates: Option<Arc<ShardGates>>,
+    /// One host watch per synced kind, shared by every engine of this process.
+    host_watches: HostWatches,
 }
 
 impl Context {
@@ -191,6 +194,7 @@ pub async fn run_with_routes(
         routes,
         engines: std::sync::Mutex::new(HashMap::new()),
         gates: gates.clone(),
+        host_watches: HostWatches::new(host.clone()),
     });
     // ResourcePools are independent of TenantClusters: their own loop, same lifetime.
     let pools = shard_config.is_none().then(|| {
@@ -659,6 +663,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                             },
                         },
                         from_host_secrets: resolved.profile.spec.controls.from_host_secrets.clone(),
+                        host_watches: ctx.host_watches.clone(),
                     },
                     sender,
                     Arc::clone(&ctx.config.metrics),

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decisions::DecisionSender;
 use crate::fairness::WriteBudget;
+use crate::host_watches::HostWatches;
 use crate::kind_sync::{
     ConflictedObjects, KindProgress, KindSyncer, KindTarget, PodSettings, ServiceCidrMismatches,
     SyncContext, SyncedKinds, TwoWaySettings, watch_host_events,
@@ -34,6 +35,8 @@ pub struct EngineSpec {
     pub pods: PodSettings,
     /// Host Secrets the IsolationProfile lets cross fromHost (`namespace/name`).
     pub from_host_secrets: Vec<String>,
+    /// The process's shared host watches.
+    pub host_watches: HostWatches,
 }
 
 /// The state of one kind of the policy.
@@ -104,6 +107,7 @@ impl Engine {
             service_cidr: Arc::new(ServiceCidrMismatches::new("Services")),
             conflicts: Arc::new(ConflictedObjects::new("objects")),
             synced: SyncedKinds::default(),
+            host_watches: spec.host_watches,
         });
         let cancel = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();

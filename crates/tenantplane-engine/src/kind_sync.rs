@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::ExponentialBackoff;
@@ -22,7 +22,7 @@ use serde_json::Value;
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
 use tenantplane_core::explain::sync_reason;
 use tenantplane_core::kinds::{GroupKind, Scope};
-use tenantplane_core::metadata::host_selector;
+use tenantplane_core::metadata::host_kind_selector;
 use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::plan::{
     ApplyPlan, GcPlan, WriteMemo, meta_of, plan_apply, plan_gc, stamp_desired_hash,
@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::decisions::{DecisionSender, MANAGER};
 use crate::deletion::exactly;
 use crate::fairness::WriteBudget;
+use crate::host_watches::{HostWatches, Interest};
 use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
@@ -70,7 +71,7 @@ pub use two_way::TwoWaySettings;
 /// to 30s), so a tenant API server that comes back is seen again promptly; with
 /// jitter, so the watches of every tenant do not all retry in the same instant
 /// after a host API server restarts.
-fn watch_backoff() -> ExponentialBackoff {
+pub(crate) fn watch_backoff() -> ExponentialBackoff {
     backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(200))
         .with_max_delay(Duration::from_secs(3))
@@ -124,6 +125,8 @@ pub struct SyncContext {
     pub conflicts: Arc<ConflictedObjects>,
     /// The running kinds, for the host Events watch.
     pub synced: SyncedKinds,
+    /// The process's shared host watches (one per kind for every TenantCluster).
+    pub host_watches: HostWatches,
 }
 
 /// The kind one [`KindSyncer`] syncs, resolved on both API servers.
@@ -238,6 +241,12 @@ impl KindSyncer {
         let tenant_store = tenant_writer.as_reader();
         let host_writer = reflector::store::Writer::new(host_resource.clone());
         let host_store = host_writer.as_reader();
+        let host_events = ctx.host_watches.subscribe(
+            &host_resource,
+            Some(host_kind_selector(&group_kind)),
+            Interest::copies_of(&ctx.target),
+            Some(host_writer),
+        );
         let namespace_cache =
             namespaces::needs_namespaces(&group_kind).then(namespaces::namespace_cache);
         let mut tasks = tokio::task::JoinSet::new();
@@ -298,15 +307,11 @@ impl KindSyncer {
         }
         {
             let s = Arc::clone(&syncer);
-            let selector = host_selector(&ctx.target.tenant, &s.group_kind);
-            let config = watcher::Config::default().labels(&selector);
             let seen = Arc::clone(&s);
-            let stream = reflector::reflector(
-                host_writer,
-                watcher(host_api, config).backoff(watch_backoff()),
-            )
-            .inspect_ok(move |event| seen.host_event_seen(event))
-            .boxed();
+            let stream = host_events
+                .into_events()
+                .inspect(move |event| seen.host_event_seen(event))
+                .map(Ok);
             tasks.spawn(async move { s.watch("host", stream, Self::key_of_host, false).await });
         }
         {

@@ -8,6 +8,7 @@ mod deletion;
 pub mod engine;
 pub mod fairness;
 pub mod from_host;
+pub mod host_watches;
 pub mod isolation;
 pub mod kind_sync;
 pub mod leader;

@@ -1096,3 +1096,77 @@ async fn a_tenant_stuck_while_its_engine_starts_delays_no_other_tenant() {
     release.cancel();
     controller.stop().await;
 }
+
+/// Open WATCH requests on `server` per resource, from `apiserver_longrunning_gauge`.
+async fn watches_by_resource(server: &tenantplane_testenv::ApiServer) -> BTreeMap<String, u64> {
+    let metrics = server.metrics_text().await.unwrap();
+    let mut watches = BTreeMap::new();
+    for line in metrics.lines() {
+        if !line.starts_with("apiserver_longrunning_gauge{") || !line.contains("verb=\"WATCH\"") {
+            continue;
+        }
+        let resource = line
+            .split("resource=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default()
+            .to_owned();
+        let open: f64 = line.rsplit_once(' ').unwrap().1.trim().parse().unwrap();
+        if open > 0.0 {
+            *watches.entry(resource).or_insert(0) += open.round() as u64;
+        }
+    }
+    watches
+}
+
+#[tokio::test]
+async fn host_watches_stay_the_same_for_one_tenant_cluster_or_five() {
+    let h = Harness::start().await;
+    let controller = Controller::start(&h.host).await;
+    create(
+        &h.tenant,
+        configmap("default", "settings", json!({"a": "b"})),
+    )
+    .await;
+    h.create_dev().await;
+    let cms = h.host_api("v1", "ConfigMap");
+    wait_for(&cms, &predicted("settings", "default", "dev")).await;
+    h.wait_synced("dev").await;
+    let one = watches_by_resource(&h.host_server).await;
+    assert!(one.get("configmaps").is_some_and(|n| *n >= 1), "{one:?}");
+
+    // Four more TenantClusters on the same tenant API server, in the same namespace.
+    let more = ["qa", "stage", "prod", "perf"];
+    for name in more {
+        create(
+            &h.host,
+            tenant_cluster(name, HOST_NS, "fast", "default", "dev-kubeconfig"),
+        )
+        .await;
+    }
+    for name in more {
+        let copy = wait_for(&cms, &predicted("settings", "default", name)).await;
+        assert_eq!(copy.metadata.labels.unwrap()["tenantplane.io/tenant"], name);
+        h.wait_synced(name).await;
+    }
+    // Each engine's host watches are the process's shared ones: none added.
+    let five = watches_by_resource(&h.host_server).await;
+    assert_eq!(five, one, "host watches with five TenantClusters vs one");
+
+    // And each engine still sees its own copies only: a host edit of one tenant's
+    // copy is restored for that tenant, the others' copies untouched.
+    let qa_copy = predicted("settings", "default", "qa");
+    merge_patch(&cms, &qa_copy, json!({"data": {"a": "edited on the host"}})).await;
+    wait_for_that(&cms, &qa_copy, "qa's copy restored", |o| {
+        o.data["data"]["a"] == "b"
+    })
+    .await;
+    for name in ["dev", "stage", "prod", "perf"] {
+        let copy = cms
+            .get(&predicted("settings", "default", name))
+            .await
+            .unwrap();
+        assert_eq!(copy.data["data"]["a"], "b", "{name}");
+    }
+    controller.stop().await;
+}

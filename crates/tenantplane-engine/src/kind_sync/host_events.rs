@@ -1,7 +1,8 @@
 //! Host Events about this tenant's synced host objects (Pods, Services, PVCs,
 //! ConfigMaps, ... every kind a [`KindSyncer`] runs for), copied onto the tenant
-//! objects (see [`tenantplane_core::host_events`]). One watch of Events per host
-//! namespace, whatever the number of kinds: each Event is matched to the synced
+//! objects (see [`tenantplane_core::host_events`]). The Events of its host
+//! namespace, from the process's one watch of host Events, whatever the number
+//! of kinds: each Event is matched to the synced
 //! kind it names, and to the host object through that kind's cache. Events about
 //! anything else in the host namespace never cross. Copies are rate-limited per
 //! TenantCluster.
@@ -14,7 +15,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde_json::Value;
 use tenantplane_api::ApiFairness;
 use tenantplane_core::host_events::{
@@ -25,8 +26,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::fields::{get_value, str_at};
-use super::{SyncContext, post_params, typed_value, watch_backoff};
+use super::{SyncContext, post_params, typed_value};
 use crate::fairness::WriteBudget;
+use crate::host_watches::Interest;
 use crate::metrics::OutcomeLabels;
 
 /// Tenant Events copied per second per TenantCluster, and the burst.
@@ -133,29 +135,29 @@ fn count_host_event(ctx: &SyncContext, outcome: &'static str) {
         .inc();
 }
 
-/// Watches Events in the TenantCluster's host namespace and copies those about
-/// its synced host objects, until `cancel` fires.
+/// Copies the Events in the TenantCluster's host namespace about its synced host
+/// objects, until `cancel` fires. (The process watches host Events once, for
+/// every TenantCluster; this one receives its namespace's.)
 pub async fn watch_host_events(ctx: Arc<SyncContext>, cancel: CancellationToken) {
     let budget = WriteBudget::new(ApiFairness {
         qps: HOST_EVENTS_PER_SECOND,
         burst: HOST_EVENTS_BURST,
     });
-    let api: Api<Event> = Api::namespaced(ctx.host.clone(), &ctx.target.host_namespace);
-    let mut stream = watcher(api, watcher::Config::default())
-        .backoff(watch_backoff())
-        .applied_objects()
-        .boxed();
+    let mut stream = ctx
+        .host_watches
+        .subscribe(
+            &ApiResource::erase::<Event>(&()),
+            None,
+            Interest::Namespace(ctx.target.host_namespace.clone()),
+            None,
+        )
+        .into_events();
     let copy_all = async {
         while let Some(item) = stream.next().await {
-            match item {
-                Ok(event) => {
-                    if let Err(err) = copy_host_event(&ctx, &event, &budget).await {
-                        tracing::debug!(%err, tenant = %ctx.target.tenant, "host event not copied");
-                    }
-                }
-                Err(err) => {
-                    tracing::debug!(%err, tenant = %ctx.target.tenant, "host event watch");
-                }
+            if let watcher::Event::Apply(event) | watcher::Event::InitApply(event) = item
+                && let Err(err) = copy_host_event(&ctx, &event, &budget).await
+            {
+                tracing::debug!(%err, tenant = %ctx.target.tenant, "host event not copied");
             }
         }
     };
@@ -214,7 +216,7 @@ async fn target_of(ctx: &SyncContext, event: &Value) -> Option<EventTarget> {
 
 async fn copy_host_event(
     ctx: &SyncContext,
-    event: &Event,
+    event: &DynamicObject,
     budget: &WriteBudget,
 ) -> Result<(), kube::Error> {
     let Ok(event) = serde_json::to_value(event) else {

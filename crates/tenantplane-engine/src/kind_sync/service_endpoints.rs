@@ -7,12 +7,11 @@ use futures::StreamExt;
 use kube::Api;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tenantplane_core::kinds::GroupKind;
-use tenantplane_core::metadata::host_selector;
+use tenantplane_core::metadata::host_kind_selector;
 use tenantplane_core::plan::meta_of;
 use tenantplane_core::provenance::source_in;
 use tenantplane_core::services::endpoints::{
@@ -20,7 +19,8 @@ use tenantplane_core::services::endpoints::{
 };
 
 use super::fields::{get_value, str_at};
-use super::{Key, KindSyncer, SyncError, post_params, watch_backoff};
+use super::{Key, KindSyncer, SyncError, post_params};
+use crate::host_watches::Interest;
 
 fn endpoints_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Endpoints"))
@@ -37,17 +37,18 @@ impl KindSyncer {
         self: Arc<Self>,
         writer: reflector::store::Writer<DynamicObject>,
     ) {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.ctx.host.clone(),
-            &self.ctx.target.host_namespace,
-            &endpoints_resource(),
-        );
-        let selector = host_selector(&self.ctx.target.tenant, &self.group_kind);
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default().labels(&selector)).backoff(watch_backoff()),
-        )
-        .boxed();
+        // Shared by every TenantCluster of the process, like the Services' own watch.
+        let stream = self
+            .ctx
+            .host_watches
+            .subscribe(
+                &endpoints_resource(),
+                Some(host_kind_selector(&self.group_kind)),
+                Interest::copies_of(&self.ctx.target),
+                Some(writer),
+            )
+            .into_events()
+            .map(Ok);
         self.watch("host endpoints", stream, Self::key_of_host_endpoints, false)
             .await;
     }
