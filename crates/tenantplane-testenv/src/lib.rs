@@ -4,7 +4,9 @@
 //! of `kube-apiserver`s on it, each with its own `--etcd-prefix`, free loopback port,
 //! certificates and token users, and waits for `/readyz`. Every process is killed
 //! when its handle drops (also while a test panics), and, through
-//! `PR_SET_PDEATHSIG`, when the test process dies without unwinding.
+//! `PR_SET_PDEATHSIG`, when the test process dies without unwinding. An environment
+//! kept in a `static` for a whole test binary never drops: its directory goes with
+//! [`TestEnv::remove_dir_at_exit`].
 //!
 //! Binaries come from `KUBEBUILDER_ASSETS` (the envtest convention) or from the cache
 //! `scripts/test-apiserver.sh` builds; see [`Assets::locate`].

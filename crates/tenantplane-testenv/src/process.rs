@@ -138,6 +138,32 @@ impl Drop for ManagedChild {
     }
 }
 
+/// Waits for the end of its input, then removes the directory `$1`, retrying for a
+/// while: the children writing in it die at the same moment as the writer.
+const REMOVE_AT_EXIT: &str = "cat >/dev/null; i=0; while [ $i -lt 100 ]; do \
+    rm -rf -- \"$1\" 2>/dev/null && exit 0; i=$((i + 1)); sleep 0.1; done; exit 1";
+
+/// Removes `dir` once this process has exited, however it exits: for what lives in
+/// a `static`, which never drops. A `sh` reads a pipe whose only writer is this
+/// process (the write end is close-on-exec, so no other child holds it), so its
+/// input ends when this process does. Not a [`ManagedChild`]: it has to outlive us,
+/// so no `PR_SET_PDEATHSIG`, and its own process group so a Ctrl-C spares it.
+pub(crate) fn remove_at_exit(dir: &Path) -> Result<()> {
+    let mut janitor = Command::new("sh")
+        .args(["-c", REMOVE_AT_EXIT, "remove-at-exit"])
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(io_err(format!("start a janitor for {}", dir.display())))?;
+    // Our end of the pipe stays open until the process exits; the janitor is reaped
+    // by whoever inherits it then.
+    std::mem::forget(janitor.stdin.take());
+    Ok(())
+}
+
 /// The last `lines` lines of a log file (reading at most its last 64 KiB).
 pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
     let Ok(mut file) = File::open(path) else {

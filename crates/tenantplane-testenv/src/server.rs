@@ -197,6 +197,14 @@ impl TestEnv {
         root.keep()
     }
 
+    /// For an environment kept in a `static` (one control plane for a whole test
+    /// binary), which never drops: removes its directory once the process has
+    /// exited. Its processes need nothing more: they die with the process
+    /// (`PR_SET_PDEATHSIG`).
+    pub fn remove_dir_at_exit(&self) -> Result<()> {
+        crate::process::remove_at_exit(self.root.path())
+    }
+
     /// Starts an API server named `name` with only the admin user.
     pub async fn start_apiserver(&self, name: &str) -> Result<ApiServer> {
         self.start_apiserver_with(ApiServerOptions::new(name)).await
