@@ -4,7 +4,9 @@
 //! Against a plain client making the same N x M creates on the same host API
 //! server in the same run. Prints the time to converge, the host watches the
 //! controller opened (the host API server's `apiserver_longrunning_gauge`), its RSS
-//! per TenantCluster, host writes per object, and the writes of an idle period.
+//! per TenantCluster, host writes per object, how long the decision records of
+//! the convergence (Events, SyncDecisions) take to settle, and then the writes of
+//! an idle period.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -74,6 +76,36 @@ fn watches(metrics: &str) -> u64 {
         .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
         .map(|v| v.max(0.0).round() as u64)
         .sum()
+}
+
+/// How long no host write must be seen for the controller to count as settled.
+const QUIET_FOR: Duration = Duration::from_secs(5);
+
+/// Polls the host API server's write counters until none moved for [`QUIET_FOR`]
+/// (or `deadline` passed). Returns the counters then, and when writes last
+/// stopped (measured from `start`'s reading), `None` if they never did.
+async fn settle(
+    server: &tenantplane_testenv::ApiServer,
+    start: &RequestCounts,
+    deadline: Duration,
+) -> Result<(RequestCounts, Option<Duration>)> {
+    let began = Instant::now();
+    let mut last = start.clone();
+    let mut last_write = Duration::ZERO;
+    loop {
+        // A poll interval: each reading is compared with the one before.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = server.request_counts().await?;
+        if now.since(&last).writes(None) > 0 {
+            last_write = began.elapsed();
+            last = now.clone();
+        } else if began.elapsed().saturating_sub(last_write) >= QUIET_FOR {
+            return Ok((now, Some(last_write)));
+        }
+        if began.elapsed() > deadline {
+            return Ok((now, None));
+        }
+    }
 }
 
 pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
@@ -215,8 +247,17 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
     let sync_writes = counts.since(&counts_before);
     let configmap_writes = sync_writes.writes(Some("configmaps"));
 
+    // The decisions of the convergence (an Event per create, rate-limited, and the
+    // SyncDecisions) are still being written: measured apart, until a quiet spell.
+    progress(&format!(
+        "waiting for the decision records to settle (no host write for {QUIET_FOR:?})"
+    ));
+    let settle_start = servers.host_server.request_counts().await?;
+    let (settled, quiet) = settle(&servers.host_server, &settle_start, deadline).await?;
+    let settling = settled.since(&settle_start);
+
     progress(&format!("idle for {} s", args.idle_secs));
-    let idle_start = servers.host_server.request_counts().await?;
+    let idle_start = settled;
     // The idle period is what is measured, not a wait for something to happen.
     tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
     let idle: RequestCounts = servers
@@ -255,6 +296,17 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
         "  all host writes while syncing: {}",
         describe_writes(&sync_writes)
     );
+    match quiet {
+        Some(after) => println!(
+            "  after converging, the decision records settled in {:.1} s (then {QUIET_FOR:?} without a host write): {}",
+            secs(after),
+            describe_writes(&settling)
+        ),
+        None => println!(
+            "  after converging, host writes never stopped for {QUIET_FOR:?} within {deadline:?}: {}",
+            describe_writes(&settling)
+        ),
+    }
     println!(
         "  host writes during {} idle seconds: {} (target 0): {}",
         args.idle_secs,
