@@ -21,3 +21,4 @@ pub mod shards;
 pub mod store_ready;
 pub mod tenancy;
 pub mod tenant_dns;
+pub mod write_limit;

@@ -38,7 +38,7 @@ pub enum Command {
     /// Serve the validating admission webhook for tenantplane's resources over HTTPS.
     Webhook(WebhookArgs),
     /// Run the TenantCluster controller and its sync engines against the host cluster.
-    Controller(ControllerArgs),
+    Controller(Box<ControllerArgs>),
     /// Explain a host object: the tenant object behind it and the latest decisions about it.
     Why(WhyArgs),
     /// Print or merge into your kubeconfig the tenant's kubeconfig, as a context named after the TenantCluster.
@@ -183,7 +183,7 @@ pub fn run(cli: Cli) -> anyhow::Result<String> {
         Command::Render { target } => render::run(target),
         // A server: it prints nothing on stdout, its logs go to stderr.
         Command::Webhook(args) => webhook::run(args).map(|()| String::new()),
-        Command::Controller(args) => controller::run(args).map(|()| String::new()),
+        Command::Controller(args) => controller::run(*args).map(|()| String::new()),
         Command::Why(args) => why::run(args),
         Command::Connect(args) => connect::run(args),
         Command::Status(args) => status::run(args),

@@ -62,6 +62,11 @@ pub struct ControllerArgs {
     /// Concurrent host writers per synced kind.
     #[arg(long, default_value_t = 16)]
     pub workers: usize,
+    /// Host writes the whole process has in flight at once, across every
+    /// TenantCluster (reads and watches are not counted): the host API server
+    /// sees a bounded load however many TenantClusters this replica serves.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub host_writes_in_flight: u64,
     /// Seconds a tenant Pod or dependency being deleted waits for a host API server
     /// that does not answer before its finalizer is released anyway (garbage
     /// collection removes the host copy once the host answers).
@@ -136,7 +141,11 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
             shutdown.cancel();
         });
     }
-    let host = kube_client::connect(args.kubeconfig.as_deref()).await?;
+    let host = tenantplane_engine::write_limit::write_limited_client(
+        kube_client::config_with(args.kubeconfig.as_deref(), None).await?,
+        usize::try_from(args.host_writes_in_flight).unwrap_or(usize::MAX),
+    )
+    .context("building the host client")?;
     let version = host
         .apiserver_version()
         .await

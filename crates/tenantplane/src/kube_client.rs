@@ -32,6 +32,15 @@ pub async fn connect_with(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
 ) -> anyhow::Result<Client> {
+    Client::try_from(config_with(kubeconfig, context).await?)
+        .context("building the Kubernetes client")
+}
+
+/// The client configuration [`connect_with`] uses, for a client built with layers.
+pub async fn config_with(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Config> {
     let options = KubeConfigOptions {
         context: context.map(str::to_owned),
         ..KubeConfigOptions::default()
@@ -53,5 +62,5 @@ pub async fn connect_with(
             .await
             .context("finding a kubeconfig (set --kubeconfig or KUBECONFIG)")?,
     };
-    Client::try_from(config).context("building the Kubernetes client")
+    Ok(config)
 }
