@@ -12,6 +12,7 @@ pub mod refs;
 pub mod resource_metrics;
 pub mod stats;
 pub mod status;
+pub mod step;
 pub mod storage;
 pub mod tokens;
 

@@ -22,9 +22,10 @@ use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::plan::{plan_apply, stamp_desired_hash};
 use tenantplane_core::pods::node::pin_to_host_node;
 use tenantplane_core::pods::status::{
-    FINALIZER, REASON_PHYSICAL_POD_LOST, lost_pod_status, mapping_annotations, records_host_pod,
+    FINALIZER, REASON_PHYSICAL_POD_LOST, lost_pod_status, mapping_annotations,
     tenant_pod_status_update,
 };
+use tenantplane_core::pods::step::{PodStep, pod_step};
 use tenantplane_core::pods::{DependencyKind, HostPodError, PodDns, dependencies, to_host_pod};
 
 use super::dependency_copy::DependencyState;
@@ -74,37 +75,35 @@ impl KindSyncer {
         self.collect_dependencies().await
     }
 
-    /// Syncs one tenant Pod.
+    /// Syncs one tenant Pod: the step [`pod_step`] decides, taken.
     pub(super) async fn sync_pod(&self, key: &Key) -> Result<(), SyncError> {
         let (tenant_pod, host_name, host_pod) = self.cached_pair(key)?;
-        let Some(tenant_pod) = tenant_pod else {
-            // Gone without our finalizer (it was never synced, or removed by hand).
-            if let Some(host_pod) = host_pod {
-                self.collect(key, &host_name, &host_pod).await?;
+        let step = pod_step(tenant_pod.as_ref(), host_pod.is_some());
+        match (step, tenant_pod, host_pod) {
+            (PodStep::Collect { .. }, _, host_pod) => {
+                if let Some(host_pod) = host_pod {
+                    self.collect(key, &host_name, &host_pod).await?;
+                }
+                self.collect_dependencies().await
             }
-            return self.collect_dependencies().await;
-        };
-        if tenant_pod.pointer("/metadata/deletionTimestamp").is_some() {
-            return self
-                .finalize_pod(key, &tenant_pod, &host_name, host_pod.as_ref())
-                .await;
-        }
-        let status = tenant_pod.get("status");
-        if status.and_then(|s| s.get("reason")).and_then(Value::as_str)
-            == Some(REASON_PHYSICAL_POD_LOST)
-        {
-            return Ok(());
-        }
-        let Some(host_pod) = host_pod else {
-            if records_host_pod(tenant_pod.pointer("/metadata/annotations")).is_some() {
-                return self.mark_lost(key, &tenant_pod, &host_name).await;
+            (PodStep::Finalize, Some(tenant_pod), host_pod) => {
+                self.finalize_pod(key, &tenant_pod, &host_name, host_pod.as_ref())
+                    .await
             }
-            return self.create_or_update_pod(key, &tenant_pod, None).await;
-        };
-        // Exists: keep it up to date, then report back.
-        self.create_or_update_pod(key, &tenant_pod, Some(&host_pod))
-            .await?;
-        self.report_back(key, &tenant_pod, &host_pod).await
+            (PodStep::MarkLost, Some(tenant_pod), _) => {
+                self.mark_lost(key, &tenant_pod, &host_name).await
+            }
+            (PodStep::Create, Some(tenant_pod), _) => {
+                self.create_or_update_pod(key, &tenant_pod, None).await
+            }
+            (PodStep::UpdateAndReport, Some(tenant_pod), Some(host_pod)) => {
+                self.create_or_update_pod(key, &tenant_pod, Some(&host_pod))
+                    .await?;
+                self.report_back(key, &tenant_pod, &host_pod).await
+            }
+            // Nothing, and pairs pod_step never makes (a step for a missing Pod).
+            _ => Ok(()),
+        }
     }
 
     /// The finalizer first (from then on the tenant Pod cannot disappear before its
