@@ -34,7 +34,7 @@ use crate::metadata::{
     COMPONENT_CONTROL_PLANE, COMPONENT_ISOLATION, LABEL_COMPONENT, LABEL_CONTROL_PLANE_OF,
     LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY_VALUE,
 };
-use crate::names::{NameError, validate_namespace_name, validate_tenant_name};
+use crate::name_rules::{NameError, validate_namespace_name, validate_tenant_name};
 use crate::quantity::{QuantityError, approximate_value, validate_non_negative};
 
 // Named per tenant, so TenantClusters sharing a host namespace never collide. They

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::names::NameRule;
+use crate::name_rules::NameRule;
 
 /// An API group and kind, without version: the identity of a kind across versions.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

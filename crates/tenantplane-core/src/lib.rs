@@ -14,7 +14,7 @@ pub mod isolation;
 pub mod kinds;
 pub mod membership;
 pub mod metadata;
-pub mod names;
+pub mod name_rules;
 pub mod naming;
 pub mod plan;
 pub mod pods;

@@ -19,7 +19,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::names::MAX_LABEL_LEN;
+use crate::name_rules::MAX_LABEL_LEN;
 
 /// The separator between the parts of an unhashed host name.
 pub const SEPARATOR: &str = "-x-";

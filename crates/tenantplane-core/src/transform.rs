@@ -9,7 +9,7 @@ use crate::kinds::{GroupKind, KindError, Scope, check_syncable};
 use crate::metadata::{
     DROPPED_TENANT_ANNOTATIONS, ReverseMapping, is_reserved_key, merge_metadata, reverse_mapping,
 };
-use crate::names::{NameError, validate_namespace_name, validate_tenant_name};
+use crate::name_rules::{NameError, validate_namespace_name, validate_tenant_name};
 use crate::naming::{HostName, SourceName, host_name};
 use crate::provenance::SourceIdentity;
 use crate::selectors::{SelectorRewriteError, SelectorScope, TenantNamespaces, rewrite_selectors};

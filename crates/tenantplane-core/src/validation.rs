@@ -11,7 +11,7 @@ use tenantplane_api::sync_policy::parse_interval;
 use tenantplane_api::{IsolationProfileSpec, SyncDirection, SyncPolicySpec, TenantClusterSpec};
 
 use crate::kinds::{GroupKind, KindError};
-use crate::names::{NameRule, validate_tenant_name};
+use crate::name_rules::{NameRule, validate_tenant_name};
 use crate::quantity::validate_non_negative;
 use crate::versions;
 

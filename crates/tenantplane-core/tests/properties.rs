@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use proptest::prelude::*;
 use serde_json::json;
 use tenantplane_core::kinds::{GroupKind, Scope};
-use tenantplane_core::names::{MAX_LABEL_LEN, NameRule};
+use tenantplane_core::name_rules::{MAX_LABEL_LEN, NameRule};
 use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::provenance::{Provenance, provenance, reverse_lookup};
 use tenantplane_core::transform::{TenantTarget, to_host};

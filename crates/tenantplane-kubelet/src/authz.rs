@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use tenantplane_core::kinds::GroupKind;
-use tenantplane_core::names::validate_namespace_name;
+use tenantplane_core::name_rules::validate_namespace_name;
 use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::provenance::{Provenance, SourceIdentity, provenance};
 

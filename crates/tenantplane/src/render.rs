@@ -14,7 +14,7 @@ use tenantplane_api::{
     SyncPolicySpec, TenantCluster, TenantClusterSpec,
 };
 use tenantplane_core::isolation::{self, IsolationError, IsolationInput};
-use tenantplane_core::names::{NameRule, validate_namespace_name, validate_tenant_name};
+use tenantplane_core::name_rules::{NameRule, validate_namespace_name, validate_tenant_name};
 use tenantplane_core::{validation, versions};
 
 use crate::output::{self, Format};

@@ -10,12 +10,12 @@ use crate::kinds::{GroupKind, Scope};
 use crate::metadata::{
     ANNOTATION_VIRTUAL_NAME, ANNOTATION_VIRTUAL_NAMESPACE, ANNOTATION_VIRTUAL_UID,
 };
-use crate::names::NameError;
+use crate::name_rules::NameError;
 use crate::naming::{SourceName, host_name, identity_hash};
 use crate::transform::{Placement, TenantTarget, TransformError, to_host};
 
+use super::controls::{PodControls, PodRefusal, check_pod};
 use super::dns::{PodDns, apply_pod_dns};
-use super::isolation::{PodControls, PodRefusal, check_pod};
 use super::refs::{CONTAINER_LISTS, PodReference, pod_references};
 
 /// The names a Pod uses for its own API server; on the host they point at the tenant's.

@@ -4,7 +4,7 @@
 use regex::{Regex, RegexBuilder};
 use tenantplane_api::KeyPatterns;
 
-use crate::names::NameRule;
+use crate::name_rules::NameRule;
 
 /// Most bytes a compiled regular expression may take; a larger one is refused when
 /// the Tenant is admitted (the `regex` crate matches in linear time within it).
