@@ -38,11 +38,12 @@ use tenantplane_core::transform::TenantTarget;
 use tokio::sync::{Mutex, broadcast};
 use tokio_util::sync::CancellationToken;
 
+use crate::converge::ObjectAction;
 use crate::decisions::{DecisionRoutes, MANAGER, RecorderConfig, TenantDecision, start_recorder};
 use crate::deletion::{delete_exact, exactly};
 use crate::engine::{Engine, EngineSpec, KindState};
 use crate::host_watches::HostWatches;
-use crate::isolation::{ObjectAction, apply_isolation};
+use crate::isolation::apply_isolation;
 use crate::kind_sync::{PodSettings, release_pod_finalizers};
 use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER, TenantLabels};
 use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane_with};

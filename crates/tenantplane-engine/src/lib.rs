@@ -3,6 +3,7 @@
 //! `tenantplane-core`; this crate watches, queues, writes and reports.
 
 pub mod controller;
+pub mod converge;
 pub mod decisions;
 mod deletion;
 pub mod engine;

@@ -18,7 +18,8 @@ use tenantplane_core::dns::{
     DnsObjects, DnsServerSpec, dns_object_name, dns_objects, is_dns_object_of,
 };
 
-use crate::isolation::{ObjectAction, ObjectResult, converge};
+use crate::converge::{ObjectAction, converge};
+use crate::isolation::ObjectResult;
 
 /// How the controller runs tenant DNS servers.
 #[derive(Clone, Debug)]

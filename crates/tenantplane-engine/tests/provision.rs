@@ -21,7 +21,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tenantplane_api::{IsolationProfile, TenantCluster};
 use tenantplane_core::isolation::compile_for;
-use tenantplane_engine::isolation::{ObjectAction, apply_isolation};
+use tenantplane_engine::converge::ObjectAction;
+use tenantplane_engine::isolation::apply_isolation;
 use tenantplane_engine::provision::{
     ControlPlaneState, cleanup_control_plane, ensure_control_plane, in_cluster_endpoint,
 };

@@ -82,9 +82,9 @@ mod k8s;
 mod serving;
 pub mod tenant_webhook;
 
+use crate::converge::{ConvergeError, ObjectAction, converge, converge_live};
 use crate::decisions::MANAGER;
 use crate::deletion::exactly;
-use crate::isolation::{ConvergeError, ObjectAction, converge, converge_live};
 
 /// The tenant API server's port (k3s' supervisor and API server).
 pub const CONTROL_PLANE_PORT: i32 = 6443;

@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use tenantplane_core::from_host::LABEL_FROM_HOST;
 use tenantplane_core::metadata::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 
-use crate::isolation::{ConvergeError, ObjectAction, converge};
+use crate::converge::{ConvergeError, ObjectAction, converge};
 
 /// The configuration's name in the tenant API server.
 pub const CONFIGURATION_NAME: &str = "tenantplane-from-host";

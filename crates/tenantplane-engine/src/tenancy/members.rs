@@ -14,9 +14,9 @@ use tenantplane_core::tenant_plan::{
     MemberPlan, child_selector, is_tenant_child, namespace_metadata_patch, orphans,
 };
 
+use crate::converge::{ObjectAction, converge};
 use crate::decisions::MANAGER;
 use crate::deletion::{delete_exact, exactly};
-use crate::isolation::{ObjectAction, converge};
 
 /// What reconciling one member namespace found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
