@@ -17,6 +17,7 @@ mod crds;
 mod kubectl;
 mod metrics;
 pub mod node;
+mod objects;
 pub mod poll;
 mod process;
 mod server;
@@ -29,6 +30,7 @@ pub use crds::gadget_crd;
 pub use kubectl::kubectl;
 pub use metrics::{RequestCounts, WRITE_VERBS, parse_request_counts};
 pub use node::RealNode;
+pub use objects::{CreateError, create_from_json};
 pub use poll::{eventually, http_get, until_refused};
 pub use server::{
     ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser, free_port,

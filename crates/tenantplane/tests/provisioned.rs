@@ -17,16 +17,14 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, Secret, Service};
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
 use real_node_common::{kubectl, tenancy_defaults};
 use serde_json::json;
 use tenantplane_api::{SyncPolicy, SyncPolicySpec, TenantCluster};
 use tenantplane_testenv::node::image::Image;
 use tenantplane_testenv::node::{NODE_IP, SERVICE_CIDR};
-use tenantplane_testenv::{RealNode, TestEnv};
+use tenantplane_testenv::{RealNode, TestEnv, create_from_json};
 
 /// Real containers start in seconds, but CI machines are shared and busy.
 const REAL: Duration = Duration::from_secs(180);
@@ -88,18 +86,6 @@ where
     }
 }
 
-async fn create<K>(api: &Api<K>, object: serde_json::Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(object).unwrap(),
-    )
-    .await
-    .unwrap();
-}
-
 fn storage_class() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("storage.k8s.io", "v1", "StorageClass"),
@@ -154,22 +140,23 @@ async fn a_provisioned_k8s_control_plane_runs_as_a_pod_and_its_tenant_pods_run_o
 
     // Static provisioning: no storage provisioner runs here.
     let data: PathBuf = env.root().join("control-plane-data");
-    create(
+    create_from_json(
         &Api::<PersistentVolume>::all(host.clone()),
         json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "cp-data"},
                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                         "storageClassName": STORAGE_CLASS, "persistentVolumeReclaimPolicy": "Retain",
                         "hostPath": {"path": data, "type": "DirectoryOrCreate"}}}),
     )
-    .await;
+    .await.unwrap();
     tenancy_defaults(&host, HOST_NS).await;
     // A host StorageClass the tenant sees read-only (fromHost).
-    create(
+    create_from_json(
         &Api::<DynamicObject>::all_with(host.clone(), &storage_class()),
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
                "metadata": {"name": "fast"}, "provisioner": "example.com/none"}),
     )
-    .await;
+    .await
+    .unwrap();
     let mut resources = serde_json::to_value(SyncPolicySpec::default_policy().resources).unwrap();
     resources.as_array_mut().unwrap().push(
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "direction": "fromHost"}),
@@ -211,7 +198,7 @@ async fn a_provisioned_k8s_control_plane_runs_as_a_pod_and_its_tenant_pods_run_o
         .spawn()
         .expect("run tenantplane webhook");
     let tcs: Api<TenantCluster> = Api::namespaced(host.clone(), HOST_NS);
-    create(
+    create_from_json(
         &tcs,
         json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "TenantCluster",
                "metadata": {"name": "dev", "namespace": HOST_NS},
@@ -220,7 +207,7 @@ async fn a_provisioned_k8s_control_plane_runs_as_a_pod_and_its_tenant_pods_run_o
                                          "images": {"apiServer": IMAGE, "controllerManager": IMAGE, "etcd": IMAGE},
                                          "storage": {"storageClassName": STORAGE_CLASS, "size": "1Gi"}}}}),
     )
-    .await;
+    .await.unwrap();
 
     let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let metrics = listen.local_addr().unwrap().to_string();

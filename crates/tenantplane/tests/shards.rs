@@ -20,7 +20,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::sharding::{preferred_holder, shard_of};
-use tenantplane_testenv::{ApiServer, RequestCounts, TestEnv, eventually, free_port, http_get};
+use tenantplane_testenv::{
+    ApiServer, RequestCounts, TestEnv, create_from_json, eventually, free_port, http_get,
+};
 
 const REPLICAS: [&str; 3] = ["replica-a", "replica-b", "replica-c"];
 const TENANT_CLUSTERS: usize = 30;
@@ -114,23 +116,13 @@ impl Drop for Replica {
     }
 }
 
-async fn create<K>(api: &Api<K>, object: serde_json::Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(object).unwrap(),
-    )
-    .await
-    .unwrap();
-}
-
 /// The host, thirty TenantClusters in namespaces of their own, all attached to
 /// one tenant API server (so each tenant ConfigMap has thirty host copies).
 async fn attach_all(host: &Client, tenant: &ApiServer) {
     let namespaces: Api<Namespace> = Api::all(host.clone());
-    create(&namespaces, json!({"metadata": {"name": LEASE_NAMESPACE}})).await;
+    create_from_json(&namespaces, json!({"metadata": {"name": LEASE_NAMESPACE}}))
+        .await
+        .unwrap();
     let dynamic = |kind: &str, plural: &str| {
         Api::<kube::api::DynamicObject>::all_with(
             host.clone(),
@@ -143,23 +135,27 @@ async fn attach_all(host: &Client, tenant: &ApiServer) {
             },
         )
     };
-    create(
+    create_from_json(
         &dynamic("IsolationProfile", "isolationprofiles"),
         json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile",
                "metadata": {"name": "restricted"}, "spec": {"level": "restricted"}}),
     )
-    .await;
-    create(
+    .await
+    .unwrap();
+    create_from_json(
         &dynamic("SyncPolicy", "syncpolicies"),
         json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "SyncPolicy",
                "metadata": {"name": "configmaps"},
                "spec": {"resources": [{"apiVersion": "v1", "kind": "ConfigMap"}]}}),
     )
-    .await;
+    .await
+    .unwrap();
     let kubeconfig = tenant.kubeconfig_yaml("admin").unwrap();
     for i in 0..TENANT_CLUSTERS {
         let (namespace, name) = tenant_cluster(i);
-        create(&namespaces, json!({"metadata": {"name": namespace}})).await;
+        create_from_json(&namespaces, json!({"metadata": {"name": namespace}}))
+            .await
+            .unwrap();
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some("kubeconfig".into()),
@@ -178,7 +174,7 @@ async fn attach_all(host: &Client, tenant: &ApiServer) {
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
-        create(
+        create_from_json(
             &Api::<tenantplane_api::TenantCluster>::namespaced(host.clone(), &namespace),
             json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "TenantCluster",
                    "metadata": {"name": name, "namespace": namespace},
@@ -186,16 +182,17 @@ async fn attach_all(host: &Client, tenant: &ApiServer) {
                             "syncPolicyRef": {"name": "configmaps"},
                             "controlPlane": {"external": {"kubeconfigSecretRef": {"name": "kubeconfig"}}}}}),
         )
-        .await;
+        .await.unwrap();
     }
 }
 
 async fn tenant_configmap(tenant: &Client, name: &str) {
-    create(
+    create_from_json(
         &Api::<ConfigMap>::namespaced(tenant.clone(), "default"),
         json!({"metadata": {"name": name}, "data": {"k": name}}),
     )
-    .await;
+    .await
+    .unwrap();
 }
 
 /// How many TenantClusters have their host copy of the tenant ConfigMap `name`.
