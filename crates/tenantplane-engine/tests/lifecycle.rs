@@ -1132,7 +1132,15 @@ async fn host_watches_stay_the_same_for_one_tenant_cluster_or_five() {
     let cms = h.host_api("v1", "ConfigMap");
     wait_for(&cms, &predicted("settings", "default", "dev")).await;
     h.wait_synced("dev").await;
-    let one = watches_by_resource(&h.host_server).await;
+    // The process-wide controllers' watches (the ResourcePool controller's open
+    // last) are up before the count for one TenantCluster is taken: they are the
+    // process's, not any TenantCluster's.
+    let one = eventually("the ResourcePool controller's watches open", || async {
+        let watches = watches_by_resource(&h.host_server).await;
+        (watches.contains_key("resourcepools") && watches.contains_key("resourcepoolclaims"))
+            .then_some(watches)
+    })
+    .await;
     assert!(one.get("configmaps").is_some_and(|n| *n >= 1), "{one:?}");
 
     // Four more TenantClusters on the same tenant API server, in the same namespace.
