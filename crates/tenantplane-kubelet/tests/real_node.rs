@@ -1,4 +1,5 @@
-//! On a real node (containerd, kubelet): `kubectl logs`, `exec` and `port-forward` run in the
+//! On a real node (containerd, kubelet): `kubectl logs` (and `logs -f`), `exec` (and
+//! `exec -i`, `exec -it` on a real terminal) and `port-forward` run in the
 //! TENANT, against the tenant API server, reach the real container through
 //! tenantplane's kubelet endpoint and the host API server. Needs root; skipped with
 //! a message otherwise.
@@ -118,6 +119,90 @@ async fn kubectl_logs_and_exec_in_the_tenant_reach_the_real_container() {
     );
     assert!(!ok);
     assert!(err.contains("exit code 4"), "{err}");
+
+    // kubectl exec -it in the tenant: `script` gives kubectl a real terminal, so it
+    // asks for a TTY; the container's shell sees one (`tty` names a pty) and
+    // evaluates what was typed (the echo of the typed line shows `$((6*7))`, only
+    // the shell's answer shows 42).
+    let kubeconfig = format!(
+        "--kubeconfig={}",
+        w.h.tenant_server.kubeconfig_path().display()
+    );
+    let typed = tokio::process::Command::new("script")
+        .args(["-q", "-e", "-c"])
+        .arg(format!(
+            "kubectl {kubeconfig} --request-timeout=30s -n shop exec -it web -- sh"
+        ))
+        .arg("/dev/null")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("script (util-linux) on PATH");
+    let mut typed = typed;
+    typed
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"tty; echo typed-$((6*7)); exit\n")
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), typed.wait_with_output())
+        .await
+        .expect("kubectl exec -it ended within 60 s")
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl exec -it failed: {shown} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        shown.contains("/dev/pts/"),
+        "no TTY in the container: {shown}"
+    );
+    assert!(
+        shown.contains("typed-42"),
+        "the shell did not run the input: {shown}"
+    );
+
+    // kubectl logs -f in the tenant: the stream stays open and shows a line the
+    // container writes after it started (to PID 1's stdout, the log the kubelet keeps).
+    let mut follow = tokio::process::Command::new("kubectl")
+        .arg(&kubeconfig)
+        .args(["-n", "shop", "logs", "-f", "web"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut followed = tokio::io::BufReader::new(follow.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(60), followed.next_line())
+        .await
+        .expect("kubectl logs -f printed within 60 s")
+        .unwrap();
+    assert_eq!(first.as_deref(), Some("web-started"));
+    let (ok, _, err) = tenant_kubectl(
+        &w,
+        &[
+            "-n",
+            "shop",
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "echo followed-line > /proc/1/fd/1",
+        ],
+        None,
+    );
+    assert!(ok, "writing a log line failed: {err}");
+    let next = tokio::time::timeout(Duration::from_secs(60), followed.next_line())
+        .await
+        .expect("kubectl logs -f showed the new line within 60 s")
+        .unwrap();
+    assert_eq!(next.as_deref(), Some("followed-line"));
+    follow.kill().await.unwrap();
 
     // kubectl port-forward in the tenant: an HTTP request reaches the container's
     // httpd through the endpoint, the host API server and the real kubelet.
