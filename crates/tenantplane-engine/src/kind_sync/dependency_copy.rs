@@ -6,6 +6,7 @@ use kube::Api;
 use kube::api::DynamicObject;
 use serde_json::Value;
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
+use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::plan::{ApplyPlan, plan_apply, stamp_desired_hash};
 use tenantplane_core::pods::DependencyKind;
 use tenantplane_core::pods::refcount::ANNOTATION_POD_DEPENDENCY;
@@ -62,7 +63,24 @@ impl KindSyncer {
         let group_kind = dependency.group_kind();
         let tenant_api: Api<DynamicObject> =
             Api::namespaced_with(self.ctx.tenant.clone(), namespace, &resource);
-        let Some(tenant_value) = get_value(&tenant_api, &resource, name).await? else {
+        let host_api: Api<DynamicObject> = Api::namespaced_with(
+            self.ctx.host.clone(),
+            &self.ctx.target.host_namespace,
+            &resource,
+        );
+        // The host name follows from the tenant identity alone, so the host copy is
+        // read at the same time as the tenant object (one round trip, not two).
+        let predicted = host_name(&SourceName {
+            name,
+            virtual_namespace: namespace,
+            tenant: &self.ctx.target.tenant,
+        })
+        .name;
+        let (tenant_value, observed) = futures::try_join!(
+            get_value(&tenant_api, &resource, name),
+            get_value(&host_api, &resource, &predicted),
+        )?;
+        let Some(tenant_value) = tenant_value else {
             return Ok(DependencyState::Waiting(
                 "it does not exist in the tenant".into(),
             ));
@@ -102,13 +120,12 @@ impl KindSyncer {
             );
         }
         stamp_desired_hash(&mut desired);
-        let host_api: Api<DynamicObject> = Api::namespaced_with(
-            self.ctx.host.clone(),
-            &self.ctx.target.host_namespace,
-            &resource,
-        );
         let host_name = placement.host_name.name.clone();
-        let observed = get_value(&host_api, &resource, &host_name).await?;
+        let observed = if host_name == predicted {
+            observed
+        } else {
+            get_value(&host_api, &resource, &host_name).await?
+        };
         let uid = str_at(&tenant_value, "/metadata/uid");
         let source = placement.source_identity(&self.ctx.target.tenant, uid.as_deref());
         let user = if self.pods.is_some() {

@@ -106,15 +106,19 @@ impl KindSyncer {
         }
     }
 
-    /// The finalizer first (from then on the tenant Pod cannot disappear before its
-    /// host copy is gone), then the host Pod.
+    /// The host Pod, after the tenant Pod's finalizer (from then on the tenant Pod
+    /// cannot disappear before its host copy is gone).
     async fn create_or_update_pod(
         &self,
         key: &Key,
         tenant_pod: &Value,
         host_pod: Option<&Value>,
     ) -> Result<(), SyncError> {
-        self.ensure_finalizer(key, tenant_pod).await?;
+        if host_pod.is_some() {
+            // Already there: put back a finalizer someone removed (no write
+            // otherwise). A new Pod gets it with its dependencies, in apply_pod.
+            self.ensure_finalizer(key, tenant_pod).await?;
+        }
         self.apply_pod(key, tenant_pod, host_pod.cloned()).await
     }
 
@@ -191,12 +195,31 @@ impl KindSyncer {
                 return Ok(());
             }
         };
-        for (dependency, (required, field)) in dependencies(&built.references) {
-            let state = self
-                .ensure_dependency(key, dependency.kind, &key.0, &dependency.name, &field)
-                .await?;
+        // The tenant Pod's finalizer and every dependency's copy do not depend on
+        // each other: made at once, so a new Pod waits for the slowest of them
+        // rather than for their sum. Both are settled before the host Pod.
+        let needed = dependencies(&built.references);
+        let copies = needed.iter().map(|(dependency, (_, field))| {
+            self.ensure_dependency(key, dependency.kind, &key.0, &dependency.name, field)
+        });
+        let new_pod = host_pod.is_none();
+        let finalizer = async {
+            if new_pod {
+                self.ensure_finalizer(key, tenant_pod).await
+            } else {
+                // An existing host Pod's: put back by create_or_update_pod.
+                Ok(())
+            }
+        };
+        let (finalizer, copies) = futures::join!(finalizer, futures::future::join_all(copies));
+        finalizer?;
+        let mut states = Vec::with_capacity(copies.len());
+        for state in copies {
+            states.push(state?);
+        }
+        for ((dependency, (required, field)), state) in needed.iter().zip(states) {
             if let DependencyState::Waiting(why) = state
-                && required
+                && *required
             {
                 self.skip_once(
                     key,
