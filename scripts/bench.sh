@@ -12,11 +12,10 @@ export KUBEBUILDER_ASSETS
 echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS" >&2
 
 # `scripts/bench.sh pods --pods 500` runs the Pod benchmark; anything else is `sync`.
+# The controller runs as its own process, the release binary a user runs
+# (`--in-process` runs the engine inside the benchmark instead, for comparison).
+cargo build --release --locked -p tenantplane
 case "${1:-}" in
-  scale)
-    # The controller runs as its own process, the release binary a user runs.
-    cargo build --release --locked -p tenantplane
-    cargo run --release --locked -p tenantplane-bench -- "$@" ;;
-  sync|pods|dns) cargo run --release --locked -p tenantplane-bench -- "$@" ;;
+  sync|pods|dns|scale) cargo run --release --locked -p tenantplane-bench -- "$@" ;;
   *) cargo run --release --locked -p tenantplane-bench -- sync "$@" ;;
 esac

@@ -15,12 +15,14 @@ use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_selector;
 use tokio::sync::mpsc;
 
+use super::controller::{ControllerMode, RunningController};
 use super::{
-    BASELINE_NS, HOST_NS, RunningController, Servers, TENANT, TENANT_NS, create_tenant_cluster,
-    describe_writes, dynamic, install_tenantplane_objects, progress, rate, secs, start_servers,
+    BASELINE_NS, HOST_NS, Servers, TENANT, TENANT_NS, create_tenant_cluster, describe_cpu,
+    describe_writes, dynamic, install_tenantplane_objects, procfs, progress, rate, secs,
+    start_servers,
 };
 
-#[derive(clap::Args, Clone, Copy)]
+#[derive(clap::Args, Clone)]
 pub struct PodArgs {
     /// Pods to create; each uses 2 ConfigMaps and 1 Secret of its own.
     #[arg(long, default_value_t = 500)]
@@ -28,6 +30,8 @@ pub struct PodArgs {
     /// Requests in flight for the baseline client, and the engine's writers per kind.
     #[arg(long, default_value_t = 16)]
     workers: usize,
+    #[command(flatten)]
+    mode: ControllerMode,
 }
 
 /// The 4 objects of Pod `i` in `namespace`: 2 ConfigMaps, a Secret, then the Pod.
@@ -141,6 +145,8 @@ pub async fn pod_benchmark(args: PodArgs) -> Result<()> {
         bail!("--pods must be at least 1");
     }
     let workers = args.workers.max(1);
+    args.mode.check()?;
+    let load_at_start = super::procfs::load_average();
     let Servers {
         env: _env,
         host_server,
@@ -149,7 +155,11 @@ pub async fn pod_benchmark(args: PodArgs) -> Result<()> {
         tenant,
     } = start_servers(&[BASELINE_NS]).await?;
     install_tenantplane_objects(&host, &tenant_server, &[("v1", "Pod")]).await?;
-    let controller = RunningController::start(&host_server.client().await?, workers);
+    let controller = RunningController::start(&args.mode, &host_server, workers).await?;
+    let mut watched = procfs::Watched::new(host_server.pid(), tenant_server.pid());
+    if let Some(pid) = controller.pid() {
+        watched.watch("controller process", pid);
+    }
     let deadline = Duration::from_secs(300);
 
     progress(&format!(
@@ -157,11 +167,13 @@ pub async fn pod_benchmark(args: PodArgs) -> Result<()> {
     ));
     let (mut baseline_rx, baseline_watch) = watch_pods(&host, BASELINE_NS, None).await?;
     let before_baseline = host_server.request_counts().await?;
+    let cpu_before_baseline = watched.cpu();
     let start = Instant::now();
     create_pods(&host_server.client().await?, BASELINE_NS, n, workers).await?;
     let baseline = all_seen(&mut baseline_rx, n, start, deadline)
         .await?
         .duration_since(start);
+    let baseline_cpu = procfs::cpu_since(&cpu_before_baseline, &watched.cpu());
     baseline_watch.abort();
     let baseline_writes = host_server.request_counts().await?.since(&before_baseline);
 
@@ -172,12 +184,19 @@ pub async fn pod_benchmark(args: PodArgs) -> Result<()> {
     let selector = host_selector(TENANT, &GroupKind::new("", "Pod"));
     let (mut host_rx, host_watch) = watch_pods(&host, HOST_NS, Some(selector)).await?;
     let before_sync = host_server.request_counts().await?;
+    let tenant_before_sync = tenant_server.request_counts().await?;
+    let cpu_before_sync = watched.cpu();
     progress("sync: creating TenantCluster dev; the clock runs until the host holds every Pod");
     let start = Instant::now();
     create_tenant_cluster(&host).await?;
     let sync = all_seen(&mut host_rx, n, start, deadline)
         .await?
         .duration_since(start);
+    let sync_cpu = procfs::cpu_since(&cpu_before_sync, &watched.cpu());
+    let tenant_writes_until_seen = tenant_server
+        .request_counts()
+        .await?
+        .since(&tenant_before_sync);
     host_watch.abort();
     // Let the last dependency and status writes land before counting.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -188,6 +207,10 @@ pub async fn pod_benchmark(args: PodArgs) -> Result<()> {
     let objects = 4 * n;
     println!(
         "tenantplane pods benchmark (N={n} Pods, each with 2 ConfigMaps and 1 Secret; workers={workers})"
+    );
+    println!(
+        "controller: {}; 1-min load average at start {load_at_start}",
+        args.mode.describe()
     );
     println!(
         "baseline: plain client, {objects} creates (dependencies first): {:.2} s ({:.0} Pods/s)",
@@ -208,5 +231,11 @@ pub async fn pod_benchmark(args: PodArgs) -> Result<()> {
         describe_writes(&sync_writes),
         sync_writes.writes(None) as f64 / objects as f64
     );
+    println!(
+        "tenant writes, sync (until the host held every Pod): {}",
+        describe_writes(&tenant_writes_until_seen)
+    );
+    println!("CPU, baseline: {}", describe_cpu(&baseline_cpu));
+    println!("CPU, sync:     {}", describe_cpu(&sync_cpu));
     Ok(())
 }

@@ -97,6 +97,11 @@ impl Watched {
         }
     }
 
+    /// Also counts the CPU time of process `pid` (a controller process), as `role`.
+    pub fn watch(&mut self, role: &'static str, pid: u32) {
+        self.pids.insert(role, pid);
+    }
+
     /// CPU time used so far, by role.
     pub fn cpu(&self) -> BTreeMap<&'static str, Duration> {
         self.pids

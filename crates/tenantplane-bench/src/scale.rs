@@ -9,7 +9,6 @@
 //! an idle period.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -20,6 +19,7 @@ use kube::api::{ListParams, ObjectMeta, PostParams};
 use serde_json::json;
 use tenantplane_testenv::RequestCounts;
 
+use crate::controller::ControllerProcess;
 use crate::{
     TENANT_NS, create_all, create_json, create_namespace, create_unthrottled_profile,
     describe_writes, mib, progress, secs, start_servers,
@@ -50,18 +50,6 @@ pub struct ScaleArgs {
 const SCALE_PREFIX: &str = "scale";
 const BASELINE_NS: &str = "scale-baseline";
 const MANAGED: &str = "app.kubernetes.io/managed-by=tenantplane";
-
-/// The controller process; stopped with SIGTERM when dropped.
-struct ControllerProcess(Child);
-
-impl Drop for ControllerProcess {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
 
 /// `VmRSS` of a process, in KiB.
 fn rss_kib(pid: u32) -> Result<u64> {
@@ -186,31 +174,19 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
 
     let watches_before = watches(&servers.host_server.metrics_text().await?);
     let counts_before = servers.host_server.request_counts().await?;
-    // Kept after the run, to read what the controller did.
-    let log = std::env::temp_dir().join(format!("tenantplane-scale-{}.log", std::process::id()));
+    let started = Instant::now();
+    // Its log is kept after the run, to read what the controller did.
+    let controller =
+        ControllerProcess::start(&args.controller, &servers.host_server, args.workers, &[])?;
+    let log = controller.log().to_path_buf();
     progress(&format!(
-        "starting {} (log: {})",
+        "started {} (log: {})",
         args.controller.display(),
         log.display()
     ));
-    let started = Instant::now();
-    let child = Command::new(&args.controller)
-        .args([
-            "controller",
-            "--kubeconfig",
-            &servers.host_server.kubeconfig_path().display().to_string(),
-            "--listen",
-            &format!("127.0.0.1:{}", tenantplane_testenv::free_port()?),
-            "--workers",
-            &args.workers.to_string(),
-            "--no-tenant-dns",
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .context("start the controller")?;
-    let controller = ControllerProcess(child);
-    let pid = controller.0.id();
+    let pid = controller
+        .pid()
+        .context("the controller process has no PID")?;
 
     let copies: Api<ConfigMap> = Api::all(host.clone());
     let want = n * m;
