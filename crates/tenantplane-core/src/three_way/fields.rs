@@ -39,6 +39,8 @@ pub type Fields = BTreeMap<String, Value>;
 
 const TENANTPLANE_PREFIX: &str = "tenantplane.io/";
 
+use crate::metadata::DROPPED_TENANT_ANNOTATIONS;
+
 /// Who owns which field: the longest rule whose path is a prefix (by whole
 /// segments) of the field's path decides; `None` means the field is not synced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,6 +134,13 @@ fn flatten_into(value: &Value, path: String, out: &mut Fields) {
             let metadata_map = path == "/metadata/labels" || path == "/metadata/annotations";
             for (key, child) in map {
                 if metadata_map && key.starts_with(TENANTPLANE_PREFIX) {
+                    continue;
+                }
+                // Each side's own kubectl bookkeeping (the whole object as last
+                // applied there) stays on that side, as toHost and fromHost keep it.
+                if path == "/metadata/annotations"
+                    && DROPPED_TENANT_ANNOTATIONS.contains(&key.as_str())
+                {
                     continue;
                 }
                 flatten_into(child, format!("{path}/{}", escape(key)), out);

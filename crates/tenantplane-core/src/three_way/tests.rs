@@ -63,6 +63,28 @@ fn tenantplane_keys_never_cross() {
 }
 
 #[test]
+fn kubectl_last_applied_stays_on_its_own_side() {
+    const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+    let mut tenant = object(json!({"a": 1}), json!({}));
+    tenant["metadata"]["annotations"] = json!({LAST_APPLIED: "{\"tenant\": 1}", "note": "n"});
+    let mut host = object(json!({"a": 1}), json!({}));
+    host["metadata"]["annotations"] = json!({LAST_APPLIED: "{\"host\": 1}", "note": "n"});
+    // First pass (no base) and any later one: neither side's copy is written over.
+    let planned = plan(None, &tenant, &host, &bidi(), ConflictPolicy::TenantWins);
+    assert!(planned.is_noop(), "{planned:?}");
+    assert!(planned.base.keys().all(|k| !k.contains("last-applied")));
+    let base = planned.base.clone();
+    tenant["metadata"]["annotations"][LAST_APPLIED] = json!("{\"tenant\": 2}");
+    let planned = plan(Some(&base), &tenant, &host, &bidi(), ConflictPolicy::Manual);
+    assert!(planned.is_noop(), "{planned:?}");
+    // Other annotations still flow.
+    tenant["metadata"]["annotations"]["note"] = json!("changed");
+    let planned = plan(Some(&base), &tenant, &host, &bidi(), ConflictPolicy::Manual);
+    assert_eq!(planned.host_writes.len(), 1, "{planned:?}");
+    assert_eq!(planned.host_writes[0].path, "/metadata/annotations/note");
+}
+
+#[test]
 fn spec_goes_down_and_status_comes_up() {
     let base = flatten(&object(json!({"size": 1}), json!({"ready": false})));
     let tenant = object(json!({"size": 2}), json!({"ready": false}));
