@@ -192,6 +192,10 @@ pub struct KindSyncer {
     /// name: planning reads them as the host copy, so a key synced again before the
     /// watch catches up is not created a second time (a 409 and a read).
     unseen_creates: Mutex<HashMap<String, Value>>,
+    /// Host objects this syncer deleted (by name, the UID deleted) that its host
+    /// watch still shows (terminating, or the event not there yet): a key synced
+    /// again meanwhile does not send the same delete a second time.
+    sent_deletes: Mutex<HashMap<String, String>>,
     /// Per host name: the desired hash a write was refused for, and the Skip
     /// recorded, so neither is repeated while nothing changes.
     refused: Mutex<HashMap<String, Refusal>>,
@@ -262,6 +266,7 @@ impl KindSyncer {
             queue: WorkQueue::new(),
             memos: Mutex::new(HashMap::new()),
             unseen_creates: Mutex::new(HashMap::new()),
+            sent_deletes: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
             seen_at: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
@@ -452,6 +457,7 @@ impl KindSyncer {
     /// of our create, answers for that name. A relist (`InitDone`) clears every
     /// record: what it did not list is gone.
     fn host_event_seen(&self, event: &watcher::Event<DynamicObject>) {
+        self.forget_sent_deletes(event);
         let mut unseen = self
             .unseen_creates
             .lock()
@@ -466,6 +472,34 @@ impl KindSyncer {
             }
             watcher::Event::InitDone => unseen.clear(),
             watcher::Event::Init => {}
+        }
+    }
+
+    /// A delete sent is forgotten once its object is gone, replaced (another UID)
+    /// or the watch lists anew (what it then still shows is asked about again).
+    fn forget_sent_deletes(&self, event: &watcher::Event<DynamicObject>) {
+        let mut sent = self
+            .sent_deletes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if sent.is_empty() {
+            return;
+        }
+        match event {
+            watcher::Event::Delete(obj) => {
+                if let Some(name) = obj.metadata.name.as_deref() {
+                    sent.remove(name);
+                }
+            }
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                if let Some(name) = obj.metadata.name.as_deref()
+                    && sent.get(name).map(String::as_str) != obj.metadata.uid.as_deref()
+                {
+                    sent.remove(name);
+                }
+            }
+            watcher::Event::Init => sent.clear(),
+            watcher::Event::InitDone => {}
         }
     }
 
@@ -1074,10 +1108,33 @@ impl KindSyncer {
                 Ok(())
             }
             GcPlan::Delete { uid, reason } => {
+                let already_sent = uid.as_ref().is_some_and(|uid| {
+                    self.sent_deletes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get(host_name)
+                        .is_some_and(|sent| sent == uid)
+                });
+                if already_sent {
+                    // Deleted already; its watch event brings the key back if it stays.
+                    return Ok(());
+                }
                 let waited = self.write_budget().await;
-                let params = exactly(uid);
+                let params = exactly(uid.clone());
                 self.count_write("delete");
-                match self.host_api.delete(host_name, &params).await {
+                let answer = self.host_api.delete(host_name, &params).await;
+                let done = match &answer {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(status)) => status.code == 404,
+                    Err(_) => false,
+                };
+                if let (true, Some(uid)) = (done, uid) {
+                    self.sent_deletes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(host_name.to_owned(), uid);
+                }
+                match answer {
                     Ok(_) => {}
                     // Already gone: nothing left to collect, and no decision to record.
                     Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),

@@ -464,3 +464,59 @@ async fn a_create_the_host_refuses_is_not_sent_again_until_the_tenant_object_cha
     .await;
     controller.stop().await;
 }
+
+/// A host copy whose delete was sent but which stays (someone else's finalizer
+/// holds it, terminating) is not deleted again by later events or drift passes;
+/// once its holder lets go, it is gone.
+#[tokio::test]
+async fn a_delete_already_sent_is_not_sent_again_while_the_copy_terminates() {
+    let h = Harness::start().await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev().await;
+    create(&h.tenant, configmap("default", "app", json!({"k": "v"}))).await;
+    let copies = h.host_api("v1", "ConfigMap");
+    let name = predicted("app", "default", "dev");
+    wait_for(&copies, &name).await;
+    merge_patch(
+        &copies,
+        &name,
+        json!({"metadata": {"finalizers": ["example.com/hold"]}}),
+    )
+    .await;
+    let deletes = || async {
+        h.host_server
+            .request_counts()
+            .await
+            .unwrap()
+            .requests("DELETE", "configmaps")
+    };
+    let before = deletes().await;
+    h.tenant_api("v1", "ConfigMap", "default")
+        .delete("app", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for_that(&copies, &name, "the copy terminating", |o| {
+        o.metadata.deletion_timestamp.is_some()
+    })
+    .await;
+    // Its terminating state is a host event, and drift passes follow.
+    controller.wait_passes("dev", 3).await;
+    assert_eq!(
+        deletes().await,
+        before + 1,
+        "the delete of the terminating copy was sent again"
+    );
+    let recorded = h
+        .decisions("dev")
+        .await
+        .into_iter()
+        .filter(|d| d["action"] == "Delete" && d["host"]["name"] == name.as_str())
+        .count();
+    assert_eq!(recorded, 1, "one Delete decision for one delete");
+
+    // Its holder lets go: the copy is gone, nothing more sent.
+    merge_patch(&copies, &name, json!({"metadata": {"finalizers": null}})).await;
+    wait_gone(&copies, &name).await;
+    assert_eq!(deletes().await, before + 1);
+    controller.stop().await;
+}
