@@ -32,26 +32,5 @@ pub use server::{
 pub use tenantplane_core::tenant_admission::Admins;
 pub use tls::{tls_config, tls_config_from_files};
 
-use std::path::PathBuf;
-
-/// Why the webhook server could not start. Each message leaves its cause to
-/// `source()`, so `{:#}` prints the chain once.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("could not read {}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("invalid PEM {what}")]
-    Pem {
-        what: &'static str,
-        #[source]
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("the certificate file holds no PEM certificate")]
-    NoCertificate,
-    #[error("TLS configuration refused")]
-    Tls(#[source] rustls::Error),
-}
+/// Why the webhook server could not start (its certificate or TLS configuration).
+pub use tenantplane_https::TlsError as Error;

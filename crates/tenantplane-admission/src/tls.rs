@@ -1,71 +1,20 @@
-//! The webhook's TLS: a rustls server config (ring, TLS 1.2 and 1.3, HTTP/1.1)
-//! whose certificate, when it comes from files, is re-read when the files change.
-//! cert-manager (or a Secret update) rotates the files behind a running webhook;
-//! a restart must not be needed to serve the new certificate.
+//! The webhook's TLS: a rustls server config whose certificate, when it comes from
+//! files, is re-read when the files change (cert-manager or a Secret update rotates
+//! them behind a running webhook; a restart must not be needed). The mechanics are
+//! shared with the kubelet endpoint in `tenantplane-https`.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::sync::Arc;
 
 use rustls::ServerConfig;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::{CertifiedKey, SingleCertAndKey};
+use tenantplane_https::{ClientAuth, server_config, server_config_from_pem};
+pub use tenantplane_https::{RELOAD_CHECK, ReloadingCertificate, provider};
 
 use crate::Error;
 
-/// How often, at most, a handshake checks the files for a new certificate.
-pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
-
-/// The provider is explicit, so the config never depends on a process default.
-pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// The certificate chain, then the private key (PKCS#8, PKCS#1 or SEC1), as a
-/// signing key whose public half matches the certificate.
-fn certified_key(
-    cert_pem: &[u8],
-    key_pem: &[u8],
-    provider: &CryptoProvider,
-) -> Result<CertifiedKey, Error> {
-    let certs = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| Error::Pem {
-            what: "certificate",
-            source,
-        })?;
-    if certs.is_empty() {
-        return Err(Error::NoCertificate);
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|source| Error::Pem {
-        what: "private key",
-        source,
-    })?;
-    // Also checks that the key is the certificate's.
-    CertifiedKey::from_der(certs, key, provider).map_err(Error::Tls)
-}
-
-fn config_with(
-    provider: Arc<CryptoProvider>,
-    resolver: Arc<dyn ResolvesServerCert>,
-) -> Result<Arc<ServerConfig>, Error> {
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(Error::Tls)?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
-
 /// A server config serving the certificate and key given as PEM text.
 pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, Error> {
-    let provider = provider();
-    let key = certified_key(cert_pem, key_pem, &provider)?;
-    config_with(provider, Arc::new(SingleCertAndKey::from(key)))
+    server_config_from_pem(cert_pem, key_pem, |_| ClientAuth::None)
 }
 
 /// A server config serving the certificate in `cert` and `key`, re-read when their
@@ -74,106 +23,5 @@ pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, 
 pub fn tls_config_from_files(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, Error> {
     let provider = provider();
     let resolver = ReloadingCertificate::load(cert, key, Arc::clone(&provider))?;
-    config_with(provider, Arc::new(resolver))
-}
-
-fn read(path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|source| Error::Read {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-/// What was last loaded, and when the files were last looked at.
-struct Loaded {
-    key: Arc<CertifiedKey>,
-    cert_pem: Vec<u8>,
-    key_pem: Vec<u8>,
-    checked: Instant,
-}
-
-/// The certificate in two files. A handshake looks at the files at most once per
-/// [`RELOAD_CHECK`] and, when their content changed, serves the new pair from then
-/// on. A pair that cannot be read or used (half written, key not matching) keeps
-/// the last good certificate and is logged; it is tried again at the next check.
-pub struct ReloadingCertificate {
-    cert: PathBuf,
-    key: PathBuf,
-    provider: Arc<CryptoProvider>,
-    loaded: RwLock<Loaded>,
-}
-
-impl std::fmt::Debug for ReloadingCertificate {
-    // Never the key material.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReloadingCertificate")
-            .field("cert", &self.cert)
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ReloadingCertificate {
-    pub fn load(cert: &Path, key: &Path, provider: Arc<CryptoProvider>) -> Result<Self, Error> {
-        let (cert_pem, key_pem) = (read(cert)?, read(key)?);
-        let certified = certified_key(&cert_pem, &key_pem, &provider)?;
-        Ok(Self {
-            cert: cert.to_owned(),
-            key: key.to_owned(),
-            provider,
-            loaded: RwLock::new(Loaded {
-                key: Arc::new(certified),
-                cert_pem,
-                key_pem,
-                checked: Instant::now(),
-            }),
-        })
-    }
-
-    /// Re-reads the files if the last look is older than [`RELOAD_CHECK`].
-    fn refresh(&self) {
-        let now = Instant::now();
-        {
-            let loaded = self.loaded.read().unwrap_or_else(PoisonError::into_inner);
-            if now.duration_since(loaded.checked) < RELOAD_CHECK {
-                return;
-            }
-        }
-        let mut loaded = self.loaded.write().unwrap_or_else(PoisonError::into_inner);
-        if now.duration_since(loaded.checked) < RELOAD_CHECK {
-            return; // another handshake looked meanwhile
-        }
-        loaded.checked = now;
-        let files = read(&self.cert).and_then(|c| Ok((c, read(&self.key)?)));
-        let (cert_pem, key_pem) = match files {
-            Ok(files) => files,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot read the serving certificate; still serving the last one");
-                return;
-            }
-        };
-        if cert_pem == loaded.cert_pem && key_pem == loaded.key_pem {
-            return;
-        }
-        match certified_key(&cert_pem, &key_pem, &self.provider) {
-            Ok(certified) => {
-                loaded.key = Arc::new(certified);
-                loaded.cert_pem = cert_pem;
-                loaded.key_pem = key_pem;
-                tracing::info!(cert = %self.cert.display(), "serving the rotated certificate");
-            }
-            Err(err) => {
-                tracing::warn!(cert = %self.cert.display(), error = %err,
-                    "the new certificate files are not usable (yet); still serving the last one");
-            }
-        }
-    }
-}
-
-impl ResolvesServerCert for ReloadingCertificate {
-    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.refresh();
-        let loaded = self.loaded.read().unwrap_or_else(PoisonError::into_inner);
-        Some(Arc::clone(&loaded.key))
-    }
+    server_config(provider, Arc::new(resolver), ClientAuth::None)
 }

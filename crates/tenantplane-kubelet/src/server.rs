@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -11,19 +10,14 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::LogParams;
 use kube::{Api, Client};
-use rustls::ServerConfig;
+use rustls::{ServerConfig, ServerConnection};
 use serde_json::json;
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
 use tenantplane_engine::decisions::DecisionRoutes;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
 
 use crate::authz::{PodTarget, check_host_pod};
 use crate::portforward;
@@ -32,10 +26,6 @@ use crate::stats::NodePath;
 use crate::stream::{self, StreamKind, StreamOptions};
 
 pub const HEALTHZ_PATH: &str = "/healthz";
-
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What every request is served with.
 #[derive(Clone)]
@@ -427,82 +417,20 @@ async fn node_figures(state: KubeletState, request: Request, path: NodePath) -> 
     crate::stats::node_path(state.host.clone(), &tenant_cluster, forwarded_uri, path).await
 }
 
-/// Serves [`router`] over TLS on `listener` until `shutdown` completes.
+/// Serves [`router`] over TLS on `listener` until `shutdown` completes; each
+/// connection's requests carry the fingerprint of its client certificate.
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     app: Router,
     shutdown: impl Future<Output = ()>,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut connections = JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, peer)) => {
-                    connections.spawn(connection(acceptor.clone(), tcp, peer, app.clone(), stop_rx.clone()));
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "accepting a connection failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-    drop(listener);
-    stop_tx.send_replace(true);
-    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        connections.shutdown().await;
-    }
-}
-
-async fn connection(
-    acceptor: TlsAcceptor,
-    tcp: tokio::net::TcpStream,
-    peer: std::net::SocketAddr,
-    app: Router,
-    mut stop: watch::Receiver<bool>,
-) {
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(err)) => {
-            tracing::debug!(%peer, error = %err, "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(%peer, "TLS handshake timed out");
-            return;
-        }
+    let app_for = move |connection: &ServerConnection| {
+        let fingerprint = connection
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|leaf| fingerprint_der(leaf.as_ref()));
+        app.clone().layer(axum::Extension(Caller(fingerprint)))
     };
-    let fingerprint = tls
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .map(|leaf| fingerprint_der(leaf.as_ref()));
-    let app = app.layer(axum::Extension(Caller(fingerprint)));
-    let service = TowerToHyperService::new(app);
-    let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(tls), service)
-        .with_upgrades();
-    tokio::pin!(conn);
-    tokio::select! {
-        result = conn.as_mut() => {
-            if let Err(err) = result {
-                tracing::debug!(%peer, error = %err, "connection ended with an error");
-            }
-        }
-        () = async { let _ = stop.wait_for(|stopped| *stopped).await; } => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-    }
+    tenantplane_https::serve(listener, tls, app_for, shutdown).await;
 }

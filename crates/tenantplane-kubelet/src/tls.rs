@@ -8,22 +8,17 @@ use std::sync::Arc;
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::ResolvesServerCert;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
+use tenantplane_https::ClientAuth;
 
 /// Why the TLS configuration could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("the {what} is not valid PEM: {message}")]
-    Pem { what: &'static str, message: String },
-    #[error("the certificate file holds no certificate")]
-    NoCertificate,
-    #[error("TLS configuration: {0}")]
-    Tls(#[from] rustls::Error),
+    #[error(transparent)]
+    Config(#[from] tenantplane_https::TlsError),
     #[error("could not generate a serving certificate: {0}")]
     Generate(#[from] rcgen::Error),
 }
@@ -124,23 +119,11 @@ impl ServingCert {
 /// The server configuration: ring, TLS 1.2 and 1.3, HTTP/1.1 (upgrades need it),
 /// a client certificate required from every caller.
 pub fn server_config(serving: &ServingCert) -> Result<Arc<ServerConfig>, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(serving.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Pem {
-            what: "certificate",
-            message: e.to_string(),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate);
-    }
-    let key =
-        PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes()).map_err(|e| TlsError::Pem {
-            what: "private key",
-            message: e.to_string(),
-        })?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certified = CertifiedKey::from_der(certs, key, &provider)?;
-    server_config_with(provider, Arc::new(SingleCertAndKey::from(certified)))
+    Ok(tenantplane_https::server_config_from_pem(
+        serving.cert_pem.as_bytes(),
+        serving.key_pem.as_bytes(),
+        |provider| ClientAuth::Required(Arc::new(AnyClientCert::new(provider))),
+    )?)
 }
 
 /// [`server_config`] with the serving certificate chosen by `resolver` (such as
@@ -150,10 +133,9 @@ pub fn server_config_with(
     resolver: Arc<dyn ResolvesServerCert>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let verifier = Arc::new(AnyClientCert::new(&provider));
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(verifier)
-        .with_cert_resolver(resolver);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok(tenantplane_https::server_config(
+        provider,
+        resolver,
+        ClientAuth::Required(verifier),
+    )?)
 }

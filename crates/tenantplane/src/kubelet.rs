@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use kube::Client;
-use tenantplane_admission::tls::ReloadingCertificate;
 use tenantplane_engine::decisions::DecisionRoutes;
+use tenantplane_https::ReloadingCertificate;
 use tenantplane_kubelet::{KubeletState, ServingCert, SharedRegistry, feeder};
 use tokio_util::sync::CancellationToken;
 
@@ -52,7 +52,7 @@ pub async fn start(
     let config = match tls {
         // Files (cert-manager's Secret): a rotated certificate is served without a restart.
         Some((cert, key)) => {
-            let provider = tenantplane_admission::tls::provider();
+            let provider = tenantplane_https::provider();
             let resolver = ReloadingCertificate::load(&cert, &key, Arc::clone(&provider))
                 .with_context(|| {
                     format!("kubelet endpoint: serving certificate {}", cert.display())
