@@ -980,11 +980,13 @@ async fn a_provisioned_control_plane_goes_through_its_phases() {
     controller.stop().await;
 }
 
-/// A plain-HTTP "API server" that answers `/version` and then never answers
-/// anything else (a hung aggregated API, a stuck proxy), until `release` fires.
-/// Returns its URL and how many other requests it has held.
+/// A plain-HTTP "API server" that, with `answers_version`, answers `/version` and
+/// then never answers anything else (a hung aggregated API, a stuck proxy), and
+/// without it answers nothing at all (a blackhole: TCP accepted, never a byte back),
+/// until `release` fires. Returns its URL and how many requests it has held.
 async fn stuck_api_server(
     release: tokio_util::sync::CancellationToken,
+    answers_version: bool,
 ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1019,7 +1021,7 @@ async fn stuck_api_server(
                     let head = String::from_utf8_lossy(&buffer[..end]).to_string();
                     buffer.drain(..end + 4);
                     let path = head.split_whitespace().nth(1).unwrap_or_default();
-                    if path.starts_with("/version") {
+                    if answers_version && path.starts_with("/version") {
                         let body = r#"{"major":"1","minor":"20","gitVersion":"v1.20.2","gitCommit":"x","gitTreeState":"clean","buildDate":"2021-01-01T00:00:00Z","goVersion":"go1.15","compiler":"gc","platform":"linux/amd64"}"#;
                         let answer = format!(
                             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -1041,20 +1043,39 @@ async fn stuck_api_server(
     (url, held)
 }
 
-/// A tenant API server that answers `/version` and then hangs keeps its own
-/// TenantCluster's engine starting, and delays no other TenantCluster: no lock is
-/// held across one tenant's network I/O.
+fn stuck_kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: stuck\n  cluster:\n    server: {url}\nusers:\n- name: anyone\n  user: {{}}\ncontexts:\n- name: stuck\n  context:\n    cluster: stuck\n    user: anyone\ncurrent-context: stuck\n"
+    )
+}
+
+/// A tenant API server that answers `/version` and then hangs, and one that
+/// accepts TCP and never answers, each keep their own TenantCluster's engine
+/// starting, and delay no other TenantCluster: no lock is held across one tenant's
+/// network I/O. Once the healthy tenant runs, a new object of it reaches the host
+/// within a second while the other two are still starting.
 #[tokio::test]
-async fn a_tenant_stuck_while_its_engine_starts_delays_no_other_tenant() {
+async fn tenants_stuck_while_their_engines_start_delay_no_other_tenant() {
     use std::sync::atomic::Ordering;
 
     let h = Harness::start().await;
     let release = tokio_util::sync::CancellationToken::new();
-    let (url, held) = stuck_api_server(release.clone()).await;
-    let kubeconfig = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: stuck\n  cluster:\n    server: {url}\nusers:\n- name: anyone\n  user: {{}}\ncontexts:\n- name: stuck\n  context:\n    cluster: stuck\n    user: anyone\ncurrent-context: stuck\n"
-    );
-    kubeconfig_secret(&h.host, HOST_NS, "stuck-kubeconfig", &kubeconfig).await;
+    let (stuck_url, stuck_held) = stuck_api_server(release.clone(), true).await;
+    let (blackhole_url, blackhole_held) = stuck_api_server(release.clone(), false).await;
+    kubeconfig_secret(
+        &h.host,
+        HOST_NS,
+        "stuck-kubeconfig",
+        &stuck_kubeconfig(&stuck_url),
+    )
+    .await;
+    kubeconfig_secret(
+        &h.host,
+        HOST_NS,
+        "blackhole-kubeconfig",
+        &stuck_kubeconfig(&blackhole_url),
+    )
+    .await;
     // A fromHost kind: starting the engine reads the tenant's discovery.
     create(
         &h.host,
@@ -1070,29 +1091,65 @@ async fn a_tenant_stuck_while_its_engine_starts_delays_no_other_tenant() {
         tenant_cluster("stuck", HOST_NS, "fast", "stuck", "stuck-kubeconfig"),
     )
     .await;
-    eventually("the stuck tenant's engine starting", || async {
-        (held.load(Ordering::SeqCst) > 0).then_some(())
+    create(
+        &h.host,
+        tenant_cluster(
+            "blackhole",
+            HOST_NS,
+            "fast",
+            "stuck",
+            "blackhole-kubeconfig",
+        ),
+    )
+    .await;
+    eventually("both stuck tenants' engines starting", || async {
+        (stuck_held.load(Ordering::SeqCst) > 0 && blackhole_held.load(Ordering::SeqCst) > 0)
+            .then_some(())
     })
     .await;
 
-    // While it hangs, another TenantCluster starts and syncs.
+    // While they hang, another TenantCluster starts and syncs.
     h.create_dev().await;
     create(&h.tenant, configmap("default", "app", json!({"k": "v"}))).await;
-    let start = Instant::now();
     let copies = h.host_api("v1", "ConfigMap");
-    let name = predicted("app", "default", "dev");
     eventually(
-        "the healthy tenant's ConfigMap on the host while the other hangs",
-        || async { copies.get_opt(&name).await.ok().flatten() },
+        "the healthy tenant's ConfigMap on the host while the others hang",
+        || async {
+            copies
+                .get_opt(&predicted("app", "default", "dev"))
+                .await
+                .ok()
+                .flatten()
+        },
+    )
+    .await;
+    h.wait_synced("dev").await;
+
+    // Its engine running, a new object of it is on the host within a second.
+    let start = Instant::now();
+    create(&h.tenant, configmap("default", "next", json!({"k": "v"}))).await;
+    let next = predicted("next", "default", "dev");
+    eventually_within(
+        "the healthy tenant's next ConfigMap on the host within a second",
+        Duration::from_secs(1),
+        || async { copies.get_opt(&next).await.ok().flatten() },
     )
     .await;
     eprintln!(
-        "healthy tenant synced {:.1} s after its creation, the stuck one still starting",
+        "healthy tenant's object on the host {:.3} s after its creation, two others still starting",
         start.elapsed().as_secs_f64()
     );
-    assert!(held.load(Ordering::SeqCst) > 0);
+    assert!(stuck_held.load(Ordering::SeqCst) > 0);
+    assert!(blackhole_held.load(Ordering::SeqCst) > 0);
+    for stuck in ["stuck", "blackhole"] {
+        let synced = h
+            .condition(stuck, "Synced")
+            .await
+            .map(|(status, ..)| status);
+        assert_ne!(synced.as_deref(), Some("True"), "{stuck} cannot be synced");
+    }
 
-    // Released: its requests fail, its reconcile ends, the controller stops.
+    // Released: their requests fail, their reconciles end, the controller stops.
     release.cancel();
     controller.stop().await;
 }
