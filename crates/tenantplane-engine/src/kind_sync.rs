@@ -60,6 +60,9 @@ mod storage;
 mod tenant_view;
 mod two_way;
 
+#[cfg(test)]
+mod mock_tests;
+
 pub use dependency_finalizer::LABEL_HOST_COPY;
 pub use host_events::{HOST_EVENTS_BURST, HOST_EVENTS_PER_SECOND, SyncedKinds, watch_host_events};
 pub use pod::release_pod_finalizers;

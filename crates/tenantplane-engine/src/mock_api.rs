@@ -146,11 +146,6 @@ impl MockApi {
             .collect()
     }
 
-    /// Forgets the requests recorded so far (the script stays).
-    pub(crate) fn clear_sent(&self) {
-        self.state().sent.clear();
-    }
-
     /// How many scripted answers are still unused.
     pub(crate) fn unanswered(&self) -> usize {
         self.state().script.len()
