@@ -33,3 +33,40 @@ where
         Err(err) => Err(err),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+    use crate::mock_api::{MockApi, status};
+
+    #[tokio::test]
+    async fn gone_or_replaced_is_nothing_to_delete_and_other_failures_are_errors() {
+        let mock = MockApi::new();
+        mock.reply(200, status(200, "Success", ""))
+            .reply(404, status(404, "NotFound", "not found"))
+            .reply(
+                409,
+                status(409, "Conflict", "Precondition failed: UID in precondition"),
+            )
+            .reply(500, status(500, "InternalError", "etcd timeout"));
+        let api: Api<ConfigMap> = Api::namespaced(mock.client(), "team-a");
+        let params = exactly(Some("uid-1".into()));
+        assert!(delete_exact(&api, "settings", &params).await.unwrap());
+        assert!(!delete_exact(&api, "settings", &params).await.unwrap());
+        assert!(!delete_exact(&api, "settings", &params).await.unwrap());
+        assert!(delete_exact(&api, "settings", &params).await.is_err());
+        let sent = mock.sent();
+        assert_eq!(sent.len(), 4);
+        for request in &sent {
+            assert_eq!(request.method, http::Method::DELETE);
+            assert_eq!(
+                request.path,
+                "/api/v1/namespaces/team-a/configmaps/settings"
+            );
+            let body = request.body.clone().unwrap();
+            assert_eq!(body["preconditions"]["uid"], "uid-1");
+        }
+    }
+}

@@ -60,6 +60,9 @@ mod storage;
 mod tenant_view;
 mod two_way;
 
+#[cfg(test)]
+mod mock_tests;
+
 pub use dependency_finalizer::LABEL_HOST_COPY;
 pub use host_events::{HOST_EVENTS_BURST, HOST_EVENTS_PER_SECOND, SyncedKinds, watch_host_events};
 pub use pod::release_pod_finalizers;
@@ -229,57 +232,33 @@ impl KindSyncer {
         progress: Arc<KindProgress>,
         cancel: CancellationToken,
     ) {
-        let KindTarget {
-            api_version,
-            group_kind,
-            tenant_resource,
-            host_resource,
-            two_way,
-        } = kind;
-        let group_kind_is_pod = group_kind == GroupKind::new("", "Pod");
-        let group_kind_is_service = group_kind == GroupKind::new("", "Service");
-        let tenant_api: Api<DynamicObject> = Api::all_with(ctx.tenant.clone(), &tenant_resource);
-        let host_api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.host.clone(), &ctx.target.host_namespace, &host_resource);
-        let tenant_writer = reflector::store::Writer::new(tenant_resource.clone());
+        let tenant_api: Api<DynamicObject> =
+            Api::all_with(ctx.tenant.clone(), &kind.tenant_resource);
+        let host_api: Api<DynamicObject> = Api::namespaced_with(
+            ctx.host.clone(),
+            &ctx.target.host_namespace,
+            &kind.host_resource,
+        );
+        let tenant_writer = reflector::store::Writer::new(kind.tenant_resource.clone());
         let tenant_store = tenant_writer.as_reader();
-        let host_writer = reflector::store::Writer::new(host_resource.clone());
+        let host_writer = reflector::store::Writer::new(kind.host_resource.clone());
         let host_store = host_writer.as_reader();
         let host_events = ctx.host_watches.subscribe(
-            &host_resource,
-            Some(host_kind_selector(&group_kind)),
+            &kind.host_resource,
+            Some(host_kind_selector(&kind.group_kind)),
             Interest::copies_of(&ctx.target),
             Some(host_writer),
         );
         let namespace_cache =
-            namespaces::needs_namespaces(&group_kind).then(namespaces::namespace_cache);
+            namespaces::needs_namespaces(&kind.group_kind).then(namespaces::namespace_cache);
         let mut tasks = tokio::task::JoinSet::new();
-        let syncer = Arc::new(KindSyncer {
-            ctx: Arc::clone(&ctx),
-            api_version,
-            group_kind,
-            tenant_resource,
-            host_resource,
-            tenant_store,
-            host_store,
-            host_api: host_api.clone(),
-            queue: WorkQueue::new(),
-            memos: Mutex::new(HashMap::new()),
-            unseen_creates: Mutex::new(HashMap::new()),
-            sent_deletes: Mutex::new(HashMap::new()),
-            refused: Mutex::new(HashMap::new()),
-            seen_at: Mutex::new(HashMap::new()),
-            attempts: Mutex::new(HashMap::new()),
-            ready: CancellationToken::new(),
+        let syncer = Arc::new(KindSyncer::new(
+            Arc::clone(&ctx),
+            kind,
+            (tenant_store, host_store),
+            namespace_cache.as_ref().map(|(_, store)| store.clone()),
             progress,
-            pods: (group_kind_is_pod)
-                .then(|| pod_path::PodPath::new(ctx.pods.clone(), ctx.tenant.clone())),
-            namespaces: namespace_cache.as_ref().map(|(_, store)| store.clone()),
-            services: group_kind_is_service.then(service::ServicePath::new),
-            two_way,
-            superseded: Default::default(),
-            passes: Default::default(),
-        });
+        ));
         ctx.synced.register(host_events::KindCaches {
             kind: tenantplane_core::host_events::SyncedKind {
                 api_version: syncer.api_version.clone(),
@@ -367,6 +346,53 @@ impl KindSyncer {
         }
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
+    }
+
+    /// The syncer of `kind` over these caches (filled by the caller's watches).
+    fn new(
+        ctx: Arc<SyncContext>,
+        kind: KindTarget,
+        (tenant_store, host_store): (Store<DynamicObject>, Store<DynamicObject>),
+        namespaces: Option<Store<DynamicObject>>,
+        progress: Arc<KindProgress>,
+    ) -> Self {
+        let KindTarget {
+            api_version,
+            group_kind,
+            tenant_resource,
+            host_resource,
+            two_way,
+        } = kind;
+        let group_kind_is_pod = group_kind == GroupKind::new("", "Pod");
+        let group_kind_is_service = group_kind == GroupKind::new("", "Service");
+        let host_api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.host.clone(), &ctx.target.host_namespace, &host_resource);
+        KindSyncer {
+            api_version,
+            group_kind,
+            tenant_resource,
+            host_resource,
+            tenant_store,
+            host_store,
+            host_api,
+            queue: WorkQueue::new(),
+            memos: Mutex::new(HashMap::new()),
+            unseen_creates: Mutex::new(HashMap::new()),
+            sent_deletes: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
+            seen_at: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(HashMap::new()),
+            ready: CancellationToken::new(),
+            progress,
+            pods: (group_kind_is_pod)
+                .then(|| pod_path::PodPath::new(ctx.pods.clone(), ctx.tenant.clone())),
+            namespaces,
+            services: group_kind_is_service.then(service::ServicePath::new),
+            two_way,
+            superseded: Default::default(),
+            passes: Default::default(),
+            ctx,
+        }
     }
 
     fn key_of(object: &DynamicObject) -> Option<Key> {

@@ -290,3 +290,7 @@ mod tests {
         assert!(observer.expired("11", renewed + TERM, TERM));
     }
 }
+
+#[cfg(test)]
+#[path = "leader_tests.rs"]
+mod mock_tests;

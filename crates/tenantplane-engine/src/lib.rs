@@ -14,6 +14,8 @@ pub mod isolation;
 pub mod kind_sync;
 pub mod leader;
 pub mod metrics;
+#[cfg(test)]
+mod mock_api;
 pub mod pools;
 pub mod provision;
 pub mod provisioner;

@@ -5,7 +5,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so tests can run it paused.
+use tokio::time::Instant;
 
 use super::{Key, SyncError};
 
