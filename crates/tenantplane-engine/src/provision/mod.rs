@@ -1628,3 +1628,80 @@ mod tests {
         assert_eq!(config.current_context.as_deref(), Some("dev"));
     }
 }
+
+/// Pins core's typed builders to the json! ones they replace (removed with them).
+#[cfg(test)]
+mod equivalence {
+    use tenantplane_core::control_plane as core_cp;
+
+    use super::*;
+
+    fn tc(extra: Value) -> TenantCluster {
+        let mut spec = json!({
+            "isolationProfileRef": {"name": "restricted"},
+            "syncPolicyRef": {"name": "default"},
+        });
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        let mut tc = TenantCluster::new("dev", serde_json::from_value(spec).unwrap());
+        tc.metadata.namespace = Some("team-dev".into());
+        tc
+    }
+
+    #[test]
+    fn core_builds_what_the_json_builders_built() {
+        let specs = [
+            json!({}),
+            json!({"controlPlane": {"extraSANs": ["api.dev.example.com", "dev-cp"]}}),
+            json!({"kubernetesVersion": "v1.31", "controlPlane": {"storage": {"storageClassName": "fast", "size": "10Gi"}}}),
+            json!({"controlPlane": {"distro": "k8s", "extraSANs": ["x.example.com"]}}),
+            json!({"controlPlane": {"distro": "k8s", "images": {"apiServer": "a:1", "etcd": "e:1", "controllerManager": "c:1"}}}),
+            json!({"controlPlane": {"images": {"k3s": "my/k3s:1"}, "expose": {"loadBalancer": {"enabled": true, "annotations": {"a": "b"}}}}}),
+            json!({"controlPlane": {"expose": {"loadBalancer": {"enabled": true}}}}),
+        ];
+        for spec in specs {
+            let tc = tc(spec.clone());
+            let names = Names::of(&tc).unwrap();
+            let core_names = core_cp::names::ControlPlaneNames::of(&tc).unwrap();
+            let version = versions::resolve(&tc.spec.kubernetes_version).unwrap();
+            for cidr in ["10.0.0.0/24", "10.96.0.0/12"] {
+                for kubelet_client in [true, false] {
+                    let old: StatefulSet =
+                        build("StatefulSet", statefulset(&names, &tc, version, cidr, kubelet_client)).unwrap();
+                    let new = core_cp::objects::statefulset(&core_names, &tc, version, cidr, kubelet_client);
+                    assert_eq!(serde_json::to_value(&new).unwrap(), serde_json::to_value(&old).unwrap(), "{spec}");
+                }
+                assert_eq!(names.serving_sans(&tc.spec.control_plane.extra_sans, cidr), core_names.serving_sans(&tc.spec.control_plane.extra_sans, cidr));
+            }
+            let annotations = tc.spec.control_plane.expose.load_balancer.clone().unwrap_or_default().annotations;
+            for (old, new) in [
+                (ServiceKind::Headless, core_cp::objects::ServiceKind::Headless),
+                (ServiceKind::ClusterIp, core_cp::objects::ServiceKind::ClusterIp),
+                (ServiceKind::LoadBalancer(&annotations), core_cp::objects::ServiceKind::LoadBalancer(&annotations)),
+            ] {
+                let old = service(&names, old).unwrap();
+                let new = core_cp::objects::service(&core_names, new);
+                assert_eq!(serde_json::to_value(&new).unwrap(), serde_json::to_value(&old).unwrap(), "{spec}");
+            }
+            assert_eq!(names.labels(), core_names.labels());
+            assert_eq!(names.kubeconfig_labels(), core_names.kubeconfig_labels());
+        }
+        let (ca_pem, _) = server_ca("test").unwrap();
+        let token = random_hex(32).unwrap();
+        let bootstrap = Bootstrap { ca_pem: ca_pem.clone(), admin_token: token.clone(), kubelet_cert_pem: None, ca_key_pem: None, missing_for_k8s: None, syncer_token: None };
+        let endpoint = in_cluster_endpoint("dev", "team-dev");
+        assert_eq!(
+            core_cp::kubeconfig::tenant_kubeconfig("dev", &endpoint, &ca_pem, &token).unwrap(),
+            kubeconfig_yaml("dev", &endpoint, &bootstrap)
+        );
+        assert_eq!(
+            core_cp::k8s::controller_manager_kubeconfig(&token).unwrap(),
+            k8s::controller_manager_kubeconfig(&token)
+        );
+        assert_eq!(
+            core_cp::tokens_csv("a", "s", "c"),
+            format!("a,{ADMIN_USER},{ADMIN_USER},\"system:masters\"\ns,{SYNCER_USER},{SYNCER_USER},\"system:masters\"\nc,{u},{u}\n", u = k8s::CONTROLLER_MANAGER_USER)
+        );
+    }
+}
