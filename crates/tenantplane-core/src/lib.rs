@@ -4,6 +4,7 @@
 
 pub mod compare;
 pub mod conditions;
+pub mod control_plane;
 pub mod dns;
 pub mod explain;
 pub mod from_host;

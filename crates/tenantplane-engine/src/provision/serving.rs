@@ -10,10 +10,13 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
 use kube::{Api, ResourceExt};
 
-use super::{
-    ANNOTATION_SERVING_NAMES, ControlPlaneState, Names, ProvisionError, host_error, post_params,
-    read_our_secret, server_ca_common_name, serving_cert, serving_name,
+use tenantplane_core::control_plane::names::{
+    ANNOTATION_SERVING_NAMES, ControlPlaneNames, serving_name,
 };
+
+use super::bootstrap::read_our_secret;
+use super::certificates::serving_cert;
+use super::{ControlPlaneState, ProvisionError, host_error, post_params};
 
 /// What became of the serving Secret.
 #[derive(Debug, PartialEq, Eq)]
@@ -28,7 +31,7 @@ pub(super) enum Serving {
 /// instead (a foreign Secret under the name).
 pub(super) async fn ensure_serving_secret(
     api: &Api<Secret>,
-    names: &Names,
+    names: &ControlPlaneNames,
     ca_key_pem: &str,
     sans: &[String],
 ) -> Result<Result<Serving, ControlPlaneState>, ProvisionError> {
@@ -49,7 +52,7 @@ pub(super) async fn ensure_serving_secret(
             return Ok(Ok(Serving::Current));
         }
     }
-    let (cert, key) = serving_cert(&server_ca_common_name(names), ca_key_pem, sans)?;
+    let (cert, key) = serving_cert(&names.server_ca_common_name(), ca_key_pem, sans)?;
     let mut secret = Secret {
         metadata: ObjectMeta {
             name: Some(name.clone()),

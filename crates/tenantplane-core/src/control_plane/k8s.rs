@@ -26,32 +26,30 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tenantplane_api::TenantCluster;
-use tenantplane_core::versions::SupportedVersion;
 
-use super::{CONTROL_PLANE_PORT, KEY_CA_CERT, KEY_KUBELET_CERT, KEY_KUBELET_KEY, KEY_TOKENS_CSV};
+use super::CONTROL_PLANE_PORT;
+use super::bootstrap_keys::{
+    CA_CERT as KEY_CA_CERT, CONTROLLER_MANAGER_KUBECONFIG as KEY_CONTROLLER_MANAGER_KUBECONFIG,
+    KUBELET_CERT as KEY_KUBELET_CERT, KUBELET_KEY as KEY_KUBELET_KEY,
+    SERVICE_ACCOUNT as KEY_SERVICE_ACCOUNT, SERVICE_ACCOUNT_PUBLIC as KEY_SERVICE_ACCOUNT_PUBLIC,
+    TOKENS_CSV as KEY_TOKENS_CSV,
+};
+use super::kubeconfig::{self, KubeconfigError};
+use crate::versions::SupportedVersion;
 
 /// Where the data PVC is mounted; etcd keeps its data below it.
-pub(super) const DATA_DIR: &str = "/var/lib/tenantplane";
+pub const DATA_DIR: &str = "/var/lib/tenantplane";
 /// Where the bootstrap Secret is mounted (whole: it never changes).
-pub(super) const BOOTSTRAP_DIR: &str = "/etc/tenantplane/bootstrap";
+pub const BOOTSTRAP_DIR: &str = "/etc/tenantplane/bootstrap";
 /// Where the serving Secret is mounted (whole, so a re-issued certificate arrives).
-pub(super) const SERVING_DIR: &str = "/etc/tenantplane/serving";
-/// The bootstrap key of the ServiceAccount signing key (private, PKCS#8 PEM).
-pub(super) const KEY_SERVICE_ACCOUNT: &str = "service-account.key";
-/// Its public half, which the API server verifies tokens with (kube-apiserver
-/// 1.20 reads no public key out of a PKCS#8 private key).
-pub(super) const KEY_SERVICE_ACCOUNT_PUBLIC: &str = "service-account.pub";
-/// The bootstrap key of the controller manager's kubeconfig.
-pub(super) const KEY_CONTROLLER_MANAGER_KUBECONFIG: &str = "controller-manager.kubeconfig";
-/// The bootstrap key of the controller manager's token.
-pub(super) const KEY_CONTROLLER_MANAGER_TOKEN: &str = "controller-manager-token";
+pub const SERVING_DIR: &str = "/etc/tenantplane/serving";
 /// The user the controller manager authenticates as: the one Kubernetes' default
 /// RBAC grants what the controller manager needs.
-pub(super) const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
+pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
 /// What a control plane without nodes runs: everything but node, volume and
 /// endpoint controllers (see the module comment). kube-controller-manager accepts
 /// these names from 1.19 on (later releases keep them as aliases).
-pub(super) const CONTROLLERS: &str = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-ttl,\
+pub const CONTROLLERS: &str = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-ttl,\
                                       -attachdetach,-persistentvolume-binder,\
                                       -persistentvolume-expander,-endpoint,-endpointslice,\
                                       -endpointslicemirroring";
@@ -60,14 +58,14 @@ const BOOTSTRAP_VOLUME: &str = "bootstrap";
 const SERVING_VOLUME: &str = "serving";
 
 /// The images this TenantCluster runs: its overrides, else the version's defaults.
-pub(super) struct Images {
+pub struct Images {
     pub api_server: String,
     pub controller_manager: String,
     pub etcd: String,
 }
 
 impl Images {
-    pub(super) fn of(tc: &TenantCluster, version: &SupportedVersion) -> Self {
+    pub fn of(tc: &TenantCluster, version: &SupportedVersion) -> Self {
         let images = &tc.spec.control_plane.images;
         Self {
             api_server: images
@@ -126,7 +124,7 @@ fn mount(volume: &str, path: &str) -> VolumeMount {
     }
 }
 
-pub(super) fn etcd_args() -> Vec<String> {
+pub fn etcd_args() -> Vec<String> {
     vec![
         "--name=default".to_owned(),
         format!("--data-dir={DATA_DIR}/etcd"),
@@ -138,7 +136,7 @@ pub(super) fn etcd_args() -> Vec<String> {
     ]
 }
 
-pub(super) fn api_server_args(service_cidr: &str, kubelet_client: bool) -> Vec<String> {
+pub fn api_server_args(service_cidr: &str, kubelet_client: bool) -> Vec<String> {
     let mut args = vec![
         format!("--etcd-servers={ETCD_URL}"),
         format!("--secure-port={CONTROL_PLANE_PORT}"),
@@ -180,7 +178,7 @@ pub(super) fn api_server_args(service_cidr: &str, kubelet_client: bool) -> Vec<S
     args
 }
 
-pub(super) fn controller_manager_args() -> Vec<String> {
+pub fn controller_manager_args() -> Vec<String> {
     vec![
         format!(
             "--kubeconfig={}",
@@ -201,17 +199,13 @@ pub(super) fn controller_manager_args() -> Vec<String> {
 }
 
 /// The kubeconfig kube-controller-manager reaches its API server with, over the
-/// Pod's loopback (the serving certificate is valid for 127.0.0.1).
-pub(super) fn controller_manager_kubeconfig(token: &str) -> String {
-    // The token is hex: nothing needs YAML quoting.
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://127.0.0.1:{CONTROL_PLANE_PORT}\n    certificate-authority: {}\nusers:\n- name: controller-manager\n  user:\n    token: {token}\ncontexts:\n- name: local\n  context:\n    cluster: local\n    user: controller-manager\ncurrent-context: local\n",
-        bootstrap_file(KEY_CA_CERT)
-    )
+/// Pod's loopback, trusting the CA in the bootstrap Secret.
+pub fn controller_manager_kubeconfig(token: &str) -> Result<String, KubeconfigError> {
+    kubeconfig::controller_manager_kubeconfig(&bootstrap_file(KEY_CA_CERT), token)
 }
 
 /// The Pod's containers and volumes (the PVC `data` comes from the StatefulSet).
-pub(super) fn pod_parts(
+pub fn pod_parts(
     images: &Images,
     service_cidr: &str,
     kubelet_client: bool,
@@ -299,39 +293,9 @@ pub(super) fn pod_parts(
     )
 }
 
-/// The first address of `service_cidr`: the tenant's `kubernetes` Service, which
-/// the serving certificate must be valid for. `None` when it does not parse.
-pub(super) fn kubernetes_service_ip(service_cidr: &str) -> Option<String> {
-    let (network, bits) = service_cidr.split_once('/')?;
-    let _: u8 = bits.parse().ok()?;
-    match network.parse::<std::net::IpAddr>().ok()? {
-        std::net::IpAddr::V4(v4) => {
-            Some(std::net::Ipv4Addr::from(u32::from(v4).checked_add(1)?).to_string())
-        }
-        std::net::IpAddr::V6(v6) => {
-            Some(std::net::Ipv6Addr::from(u128::from(v6).checked_add(1)?).to_string())
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_first_service_address_is_the_kubernetes_service() {
-        assert_eq!(
-            kubernetes_service_ip("10.96.0.0/16").as_deref(),
-            Some("10.96.0.1")
-        );
-        assert_eq!(
-            kubernetes_service_ip("fd00:10:96::/112").as_deref(),
-            Some("fd00:10:96::1")
-        );
-        for bad in ["10.96.0.0", "x/16", "10.96.0.0/x", "255.255.255.255/32"] {
-            assert_eq!(kubernetes_service_ip(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn etcd_is_reachable_only_inside_the_pod() {
@@ -383,10 +347,14 @@ mod tests {
             assert!(list.contains(&format!("-{off}").as_str()), "{off}");
         }
         assert!(list.iter().all(|c| !c.contains(' ')), "{list:?}");
-        let kubeconfig = controller_manager_kubeconfig("abc123");
-        let parsed = kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap_or_default();
-        let cluster = parsed.clusters[0].cluster.clone().unwrap_or_default();
-        assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:6443"));
+        let yaml = controller_manager_kubeconfig("abc123").unwrap();
+        let parsed: kubeconfig::Kubeconfig = serde_saphyr::from_str(&yaml).unwrap();
+        let cluster = &parsed.clusters[0].cluster;
+        assert_eq!(cluster.server, "https://127.0.0.1:6443");
+        assert_eq!(
+            cluster.certificate_authority.as_deref(),
+            Some("/etc/tenantplane/bootstrap/server-ca.crt")
+        );
     }
 
     #[test]
