@@ -1,4 +1,4 @@
-//! Reverse-mapping metadata stamped on every host object (seed 000's table, plus the
+//! Reverse-mapping metadata stamped on every host object (vcluster's reverse-mapping labels and annotations, plus the
 //! tenant object's UID and group/kind), and the rule that tenant input can never
 //! forge it.
 

@@ -2,7 +2,7 @@
 //! joins, and the namespace quota's slot arithmetic.
 //!
 //! Ownership is an owner reference whose kind, API group **and UID** match the
-//! Tenant (seed 002's `IsTenantOwnerReference`, made stricter: a forged reference to
+//! Tenant (Capsule's `IsTenantOwnerReference`, made stricter: a forged reference to
 //! a Tenant's name, or to a deleted Tenant recreated under the same name, does not
 //! count). The quota is enforced by reserving a slot in the Tenant's status with a
 //! compare-and-swap before a namespace is admitted, so concurrent creations can

@@ -56,7 +56,7 @@ pub use members::MemberOutcome;
 
 /// Holds a Tenant until its namespaces are released.
 pub const FINALIZER: &str = "tenantplane.io/namespaces";
-/// Member namespaces reconciled at once (seed 002: Capsule's errgroup limit).
+/// Member namespaces reconciled at once (as Capsule limits its errgroup).
 pub const MEMBER_PARALLELISM: usize = 8;
 /// A steady tenant is rechecked this often; watches catch changes sooner.
 const RESYNC: Duration = Duration::from_secs(300);
