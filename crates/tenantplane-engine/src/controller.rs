@@ -6,6 +6,9 @@
 //! Deletion never waits for the tenant API server: cleanup reads and deletes only
 //! host objects (found by label, checked by reverse lookup, deleted with a UID
 //! precondition), so a TenantCluster whose tenant server is gone is still removed.
+//!
+//! Stays over 500 lines: the controller's loop, apply and status report; resolve
+//! and cleanup are already their own modules.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

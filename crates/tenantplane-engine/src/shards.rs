@@ -12,6 +12,10 @@
 //! never write the same TenantCluster. A holder that cannot renew within the renew
 //! deadline (two thirds of the lease duration) stops its work there, as the leader
 //! election does.
+//!
+//! Stays over 500 lines: one lease protocol (gates, membership, handover);
+//! splitting it would scatter the rule that two replicas never write the same
+//! TenantCluster.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;

@@ -1,4 +1,7 @@
 //! etcd, kube-apiserver and kube-controller-manager processes.
+//!
+//! Stays over 500 lines: one start-up sequence (flags, certificates, readiness);
+//! splitting it would scatter its order.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,8 @@
 //! requests one sync of a key sends, and what it makes of each answer (a 409
 //! re-planned, a 422 recorded once, a 404 on delete taken as done, a host that does
 //! not answer waited for only so long).
+//!
+//! Stays over 500 lines: tests only, one harness and the scenarios that use it.
 
 use std::sync::Arc;
 use std::time::Duration;

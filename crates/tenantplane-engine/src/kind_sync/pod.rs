@@ -10,6 +10,9 @@
 //! (and changed) knowing only those before it: `fields` and `pod_path`, then
 //! `dependency_finalizer`, `dependency_copy`, `storage`, `dependency_gc`, and this
 //! module last.
+//!
+//! Stays over 500 lines: the last step of the Pod path (apply, status back,
+//! deletion through the finalizer); the steps before it are already modules.
 
 use std::time::Duration;
 

@@ -55,6 +55,10 @@
 //!
 //! `mode: dedicated|private` need nothing here (the controller reports
 //! `ModeSupported=False`).
+//!
+//! Stays a little over 500 lines: `ensure_control_plane_with` is one convergence
+//! sequence whose steps depend on the ones before; its parts are already the
+//! submodules below.
 
 use std::collections::BTreeMap;
 
