@@ -10,6 +10,10 @@
 //!
 //! A claim copy's volume copy goes with it ([`delete_volume_copy`]), here and in
 //! the dependency garbage collection.
+//!
+//! Not a kube-runtime `Controller` with `finalizer()`: finalizing needs the Pod
+//! syncer's host caches, outage clock and write budget, and the engine's work
+//! queue already gives deduplication and delayed retries.
 
 use std::sync::Arc;
 use std::time::Duration;
