@@ -1,18 +1,13 @@
 //! Distro `k3s`: one k3s server, agent and add-ons off, SQLite on the PVC, the
 //! server CA and tokens pre-placed from the bootstrap Secret.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Probe, ResourceRequirements,
-    SecretKeySelector, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Container, EnvVar, EnvVarSource, SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tenantplane_api::TenantCluster;
 
-use super::CONTROL_PLANE_PORT;
 use super::bootstrap_keys::{CA_CERT, CA_KEY, KUBELET_CERT, KUBELET_KEY, TOKEN, TOKENS_CSV};
+use super::container::{api_server_ports, api_server_readiness, no_escalation, resources};
 use super::names::{ControlPlaneNames, bootstrap_name};
 use crate::versions::SupportedVersion;
 
@@ -73,13 +68,6 @@ fn bootstrap_file(path: String, key: &str) -> VolumeMount {
     }
 }
 
-fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
-        .collect()
-}
-
 /// The k3s server's container and volumes (the PVC `data` comes from the
 /// StatefulSet). `kubelet_client`: the bootstrap holds a kubelet client
 /// certificate (older ones do not).
@@ -137,35 +125,12 @@ pub fn pod_parts(
             }),
             ..EnvVar::default()
         }]),
-        ports: Some(vec![ContainerPort {
-            name: Some("https".to_owned()),
-            container_port: CONTROL_PLANE_PORT,
-            protocol: Some("TCP".to_owned()),
-            ..ContainerPort::default()
-        }]),
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/readyz".to_owned()),
-                port: IntOrString::Int(CONTROL_PLANE_PORT),
-                scheme: Some("HTTPS".to_owned()),
-                ..HTTPGetAction::default()
-            }),
-            period_seconds: Some(5),
-            timeout_seconds: Some(3),
-            failure_threshold: Some(3),
-            ..Probe::default()
-        }),
+        ports: api_server_ports(),
+        readiness_probe: api_server_readiness(),
         // An API server with SQLite and no nodes: modest, but bounded so one tenant
         // cannot starve its neighbours' control planes.
-        resources: Some(ResourceRequirements {
-            requests: Some(quantities(&[("cpu", "100m"), ("memory", "256Mi")])),
-            limits: Some(quantities(&[("memory", "2Gi")])),
-            ..ResourceRequirements::default()
-        }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            ..SecurityContext::default()
-        }),
+        resources: Some(resources("100m", "256Mi", "2Gi")),
+        security_context: no_escalation(),
         volume_mounts: Some(mounts),
         ..Container::default()
     };
@@ -186,18 +151,7 @@ mod tests {
     use super::*;
     use crate::versions;
 
-    fn tc(extra: serde_json::Value) -> TenantCluster {
-        let mut spec = serde_json::json!({
-            "isolationProfileRef": {"name": "restricted"},
-            "syncPolicyRef": {"name": "default"},
-        });
-        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-            spec.extend(extra.clone());
-        }
-        let mut tc = TenantCluster::new("dev", serde_json::from_value(spec).unwrap());
-        tc.metadata.namespace = Some("team-dev".into());
-        tc
-    }
+    use super::super::test_tenant_cluster as tc;
 
     #[test]
     fn k3s_runs_without_agent_or_add_ons_and_serves_every_name() {

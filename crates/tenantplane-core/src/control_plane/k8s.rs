@@ -20,11 +20,8 @@
 //! all three work alike.
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, Probe,
-    ResourceRequirements, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Container, EnvVar, EnvVarSource, ObjectFieldSelector, SecretVolumeSource, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tenantplane_api::TenantCluster;
 
 use super::CONTROL_PLANE_PORT;
@@ -34,6 +31,7 @@ use super::bootstrap_keys::{
     SERVICE_ACCOUNT as KEY_SERVICE_ACCOUNT, SERVICE_ACCOUNT_PUBLIC as KEY_SERVICE_ACCOUNT_PUBLIC,
     TOKENS_CSV as KEY_TOKENS_CSV,
 };
+use super::container::{api_server_ports, api_server_readiness, no_escalation, resources};
 use super::kubeconfig::{self, KubeconfigError};
 use crate::versions::SupportedVersion;
 
@@ -86,31 +84,6 @@ impl Images {
 
 fn bootstrap_file(key: &str) -> String {
     format!("{BOOTSTRAP_DIR}/{key}")
-}
-
-fn quantities(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, Quantity> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
-        .collect()
-}
-
-fn resources(request_cpu: &str, request_memory: &str, limit_memory: &str) -> ResourceRequirements {
-    ResourceRequirements {
-        requests: Some(quantities(&[
-            ("cpu", request_cpu),
-            ("memory", request_memory),
-        ])),
-        limits: Some(quantities(&[("memory", limit_memory)])),
-        ..ResourceRequirements::default()
-    }
-}
-
-fn no_escalation() -> Option<SecurityContext> {
-    Some(SecurityContext {
-        allow_privilege_escalation: Some(false),
-        ..SecurityContext::default()
-    })
 }
 
 fn mount(volume: &str, path: &str) -> VolumeMount {
@@ -238,24 +211,8 @@ pub fn pod_parts(
             }),
             ..EnvVar::default()
         }]),
-        ports: Some(vec![ContainerPort {
-            name: Some("https".to_owned()),
-            container_port: CONTROL_PLANE_PORT,
-            protocol: Some("TCP".to_owned()),
-            ..ContainerPort::default()
-        }]),
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/readyz".to_owned()),
-                port: IntOrString::Int(CONTROL_PLANE_PORT),
-                scheme: Some("HTTPS".to_owned()),
-                ..HTTPGetAction::default()
-            }),
-            period_seconds: Some(5),
-            timeout_seconds: Some(3),
-            failure_threshold: Some(3),
-            ..Probe::default()
-        }),
+        ports: api_server_ports(),
+        readiness_probe: api_server_readiness(),
         // Bounded so one tenant cannot starve its neighbours' control planes.
         resources: Some(resources("100m", "256Mi", "2Gi")),
         security_context: no_escalation(),

@@ -4,6 +4,7 @@
 //! that reach it ([`kubeconfig`]). The engine generates the credentials and talks
 //! to the host; why things are shaped this way is told in the engine's `provision`.
 
+mod container;
 pub mod k3s;
 pub mod k8s;
 pub mod kubeconfig;
@@ -65,6 +66,23 @@ pub fn tokens_csv(admin_token: &str, syncer_token: &str, controller_manager_toke
          {controller_manager_token},{user},{user}\n",
         user = k8s::CONTROLLER_MANAGER_USER
     )
+}
+
+/// TenantCluster `team-dev/dev` with `extra` merged into its spec, for the tests of
+/// every module here.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+fn test_tenant_cluster(extra: serde_json::Value) -> tenantplane_api::TenantCluster {
+    let mut spec = serde_json::json!({
+        "isolationProfileRef": {"name": "restricted"},
+        "syncPolicyRef": {"name": "default"},
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let mut tc = tenantplane_api::TenantCluster::new("dev", serde_json::from_value(spec).unwrap());
+    tc.metadata.namespace = Some("team-dev".into());
+    tc
 }
 
 #[cfg(test)]

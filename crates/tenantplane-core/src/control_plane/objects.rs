@@ -202,18 +202,7 @@ mod tests {
     use super::*;
     use crate::versions;
 
-    fn tc(extra: serde_json::Value) -> TenantCluster {
-        let mut spec = serde_json::json!({
-            "isolationProfileRef": {"name": "restricted"},
-            "syncPolicyRef": {"name": "default"},
-        });
-        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-            spec.extend(extra.clone());
-        }
-        let mut tc = TenantCluster::new("dev", serde_json::from_value(spec).unwrap());
-        tc.metadata.namespace = Some("team-dev".into());
-        tc
-    }
+    use super::super::test_tenant_cluster as tc;
 
     #[test]
     fn the_statefulset_runs_one_replica_with_its_data_on_a_pvc() {
