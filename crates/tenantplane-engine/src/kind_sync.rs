@@ -42,6 +42,7 @@ use crate::host_watches::{HostWatches, Interest};
 use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
 
+mod dependency_cache;
 mod dependency_copy;
 mod dependency_finalizer;
 mod dependency_gc;
@@ -336,11 +337,14 @@ impl KindSyncer {
             let s = Arc::clone(&syncer);
             tasks.spawn(async move { s.watch_host_endpoints(writer).await });
         }
-        if syncer.pods.is_some() {
-            for kind in dependency_finalizer::DEPENDENCY_KINDS {
-                let s = Arc::clone(&syncer);
-                tasks.spawn(async move { s.watch_dependencies(kind).await });
-            }
+        if let Some(path) = &syncer.pods {
+            let watches = dependency_cache::DependencyWatches {
+                ctx: Arc::clone(&ctx),
+                pods: Arc::clone(&syncer.queue),
+                finalize: Arc::clone(&path.dependencies),
+                synced_kinds: path.synced_kinds.clone(),
+            };
+            tasks.spawn(Arc::clone(&path.caches).run(watches));
             let s = Arc::clone(&syncer);
             tasks.spawn(async move { s.finalize_dependencies().await });
         }

@@ -282,6 +282,98 @@ async fn a_missing_required_dependency_is_a_skip_that_names_it_until_it_exists()
     controller.stop().await;
 }
 
+/// With drift passes 10 minutes apart, only the tenant watches of the dependency
+/// kinds can bring these changes to the host within the deadline.
+#[tokio::test]
+async fn dependency_changes_reach_their_pods_at_once_without_a_full_pass() {
+    let h = Harness::start().await;
+    create(&h.host, policy("pods-slow", POD_KINDS, "10m")).await;
+    create_namespace(&h.tenant, "shop").await;
+    let controller = Controller::start(&h.host).await;
+    h.create_dev_with("fast", "pods-slow").await;
+    create(
+        &h.tenant,
+        configmap("shop", "settings", json!({"mode": "old"})),
+    )
+    .await;
+    create(
+        &h.tenant,
+        pod(
+            "web",
+            json!({"containers": [{"name": "app", "image": "nginx",
+                "envFrom": [{"configMapRef": {"name": "settings"}}, {"configMapRef": {"name": "later"}}]}]}),
+        ),
+    )
+    .await;
+    let host_pod = predicted("web", "shop", "dev");
+    eventually("a Skip naming the missing ConfigMap", || async {
+        h.decisions("dev").await.into_iter().find(|d| {
+            d["action"] == "Skip"
+                && d["kind"] == "Pod"
+                && d["reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("ConfigMap shop/later")
+        })
+    })
+    .await;
+
+    // The Pod waiting for it is synced again as soon as it exists.
+    create(&h.tenant, configmap("shop", "later", json!({"k": "v"}))).await;
+    wait_for(&h.host_api("v1", "Pod"), &host_pod).await;
+
+    // A changed ConfigMap's copy follows, and the host Pod is left as it is.
+    let configmaps = h.host_api("v1", "ConfigMap");
+    let copy = predicted("settings", "shop", "dev");
+    let pod_version = h
+        .host_api("v1", "Pod")
+        .get(&host_pod)
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    merge_patch(
+        &h.tenant_api("v1", "ConfigMap", "shop"),
+        "settings",
+        json!({"data": {"mode": "new"}}),
+    )
+    .await;
+    eventually_within(
+        "the host copy holds the tenant's new data",
+        std::time::Duration::from_secs(20),
+        || async {
+            let copy = configmaps.get(&copy).await.unwrap();
+            (copy.data["data"]["mode"] == "new").then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        h.host_api("v1", "Pod")
+            .get(&host_pod)
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        pod_version,
+        "updating a dependency's copy does not write the host Pod"
+    );
+    let update = eventually("an Update decision for the ConfigMap copy", || async {
+        h.decisions("dev")
+            .await
+            .into_iter()
+            .find(|d| d["action"] == "Update" && d["kind"] == "ConfigMap")
+    })
+    .await;
+    assert!(
+        update["reason"]
+            .as_str()
+            .unwrap()
+            .contains("used by Pod shop/web"),
+        "{update}"
+    );
+    controller.stop().await;
+}
+
 #[tokio::test]
 async fn deletion_waits_for_the_host_pod_with_its_grace_period_and_unused_copies_go() {
     let (h, controller) = start().await;

@@ -4,6 +4,7 @@
 //! the tenant, and which dependency copies are still needed.
 
 pub mod controls;
+pub mod dependents;
 pub mod dns;
 pub mod host_pod;
 pub mod node;

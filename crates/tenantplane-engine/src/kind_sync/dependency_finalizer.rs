@@ -2,10 +2,10 @@
 //! because a Pod uses them): the tenant object cannot disappear before its host
 //! copy is removed.
 //!
-//! The finalizer `tenantplane.io/host-copy` comes with a label of the same key, so
-//! one label-selected tenant watch per dependency kind sees exactly the objects
-//! that carry it: a deletion is noticed from its watch event, not at the next full
-//! pass. Deleting a dependency a running Pod uses is allowed, as in Kubernetes: the
+//! The finalizer `tenantplane.io/host-copy` comes with a label of the same key
+//! (what a TenantCluster's removal selects to release them). A deletion is noticed
+//! from the tenant watch of its kind ([`super::dependency_cache`]), not at the next
+//! full pass. Deleting a dependency a running Pod uses is allowed, as in Kubernetes: the
 //! host Pod keeps running (it is not recreated without it).
 //!
 //! A claim copy's volume copy goes with it ([`delete_volume_copy`]), here and in
@@ -18,9 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
@@ -29,35 +27,17 @@ use tenantplane_core::pods::status::FINALIZER;
 use tenantplane_core::pods::storage::copied_volume;
 use tenantplane_core::transform::dependency_to_host;
 
+use super::dependency_cache::{DEPENDENCY_KINDS, DependencyRef, has_finalizer, resource};
 use super::fields::{core_resource, get_value, str_at, string_list};
 use super::outage::{is_unreachable, released_reason};
-use super::pod_path::DependencyRef;
-use super::{Key, KindSyncer, SyncError, watch_backoff};
+use super::{Key, KindSyncer, SyncError};
 use crate::deletion::{delete_exact, exactly};
 
 /// Marks tenant objects carrying [`FINALIZER`] as dependencies, for the watch.
 pub const LABEL_HOST_COPY: &str = FINALIZER;
 
-/// The kinds a Pod depends on, each with its own watch.
-pub(super) const DEPENDENCY_KINDS: [DependencyKind; 3] = [
-    DependencyKind::ConfigMap,
-    DependencyKind::Secret,
-    DependencyKind::PersistentVolumeClaim,
-];
-
-fn resource(kind: DependencyKind) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", kind.as_str()))
-}
-
 fn selector() -> String {
     format!("{LABEL_HOST_COPY}=true")
-}
-
-/// Whether a tenant object carries tenantplane's finalizer.
-fn has_finalizer(object: &Value) -> bool {
-    string_list(object.pointer("/metadata/finalizers"))
-        .iter()
-        .any(|f| f == FINALIZER)
 }
 
 /// The merge patch removing [`FINALIZER`] from `object`, guarded by its version.
@@ -110,57 +90,55 @@ impl KindSyncer {
     }
 
     /// Adds the finalizer and its label to a tenant dependency whose copy is about
-    /// to be made (a write only when they are missing).
+    /// to be made (a write only when they are missing). `tenant_object` may come
+    /// from a cache: when it is out of date (409), the object is read again and
+    /// the finalizer added to what the API server holds.
     pub(super) async fn ensure_dependency_finalizer(
         &self,
         kind: DependencyKind,
         tenant_object: &Value,
     ) -> Result<(), SyncError> {
-        if has_finalizer(tenant_object) {
-            return Ok(());
-        }
         let namespace = str_at(tenant_object, "/metadata/namespace").unwrap_or_default();
         let name = str_at(tenant_object, "/metadata/name").unwrap_or_default();
-        let mut finalizers = string_list(tenant_object.pointer("/metadata/finalizers"));
-        finalizers.push(FINALIZER.to_owned());
-        let patch = json!({"metadata": {
-            "finalizers": finalizers,
-            "labels": {LABEL_HOST_COPY: "true"},
-            "resourceVersion": tenant_object.pointer("/metadata/resourceVersion"),
-        }});
-        self.tenant_dependencies(kind, &namespace)
-            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .map_err(|source| SyncError::Api {
-                verb: "add the finalizer to",
-                name,
-                source,
-            })?;
-        Ok(())
-    }
-
-    /// Watches the tenant objects of `kind` that carry the finalizer and queues
-    /// those being deleted.
-    pub(super) async fn watch_dependencies(self: Arc<Self>, kind: DependencyKind) {
-        let Ok(path) = self.pod_path() else { return };
-        let api: Api<DynamicObject> = Api::all_with(self.ctx.tenant.clone(), &resource(kind));
-        let config = watcher::Config::default().labels(&selector());
-        let mut stream = watcher(api, config).backoff(watch_backoff()).boxed();
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj))
-                    if obj.metadata.deletion_timestamp.is_some() =>
-                {
-                    if let Some(key) = Self::key_of(&obj) {
-                        path.dependencies.add((kind, key));
+        let api = self.tenant_dependencies(kind, &namespace);
+        let mut current = tenant_object.clone();
+        for attempt in 0..2 {
+            if has_finalizer(&current) {
+                return Ok(());
+            }
+            let mut finalizers = string_list(current.pointer("/metadata/finalizers"));
+            finalizers.push(FINALIZER.to_owned());
+            let patch = json!({"metadata": {
+                "finalizers": finalizers,
+                "labels": {LABEL_HOST_COPY: "true"},
+                "resourceVersion": current.pointer("/metadata/resourceVersion"),
+            }});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 && attempt == 0 => {
+                    match get_value(&api, &resource(kind), &name).await? {
+                        Some(fresh) => current = fresh,
+                        // Gone meanwhile: no copy; the Pod's next look says why.
+                        None => {
+                            return Err(SyncError::Decode(format!(
+                                "{kind} {namespace}/{name} was deleted while its finalizer was added"
+                            )));
+                        }
                     }
                 }
-                Ok(_) => {}
-                Err(err) => {
-                    tracing::warn!(%err, %kind, tenant = %self.ctx.target.tenant, "dependency watch failed; retrying");
+                Err(source) => {
+                    return Err(SyncError::Api {
+                        verb: "add the finalizer to",
+                        name,
+                        source,
+                    });
                 }
             }
         }
+        Ok(())
     }
 
     /// Finalizes queued dependencies, retrying each with backoff until it is done.

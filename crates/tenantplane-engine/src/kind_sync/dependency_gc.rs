@@ -59,13 +59,20 @@ impl KindSyncer {
                 &self.ctx.target.host_namespace,
                 &core_resource(kind.as_str()),
             );
-            let selector = host_selector(&self.ctx.target.tenant, &kind.group_kind());
-            let copies = api
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(api_error("list", kind.as_str()))?;
+            // The shared host watch's copies when it has listed them, else a list.
+            let copies = match path.caches.host_copies(kind) {
+                Some(copies) => copies,
+                None => {
+                    let selector = host_selector(&self.ctx.target.tenant, &kind.group_kind());
+                    api.list(&ListParams::default().labels(&selector))
+                        .await
+                        .map_err(api_error("list", kind.as_str()))?
+                        .iter()
+                        .map(to_value)
+                        .collect::<Result<Vec<_>, _>>()?
+                }
+            };
             for copy in copies {
-                let copy = to_value(&copy)?;
                 let (name, labels, annotations) = tenantplane_core::plan::meta_of(&copy);
                 let Some(identity) = source_in(
                     name,

@@ -24,6 +24,7 @@ use tenantplane_core::dns::dns_object_name;
 use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::plan::{plan_apply, stamp_desired_hash};
 use tenantplane_core::pods::node::pin_to_host_node;
+use tenantplane_core::pods::refcount::DependencyKey;
 use tenantplane_core::pods::status::{
     FINALIZER, REASON_PHYSICAL_POD_LOST, lost_pod_status, mapping_annotations,
     tenant_pod_status_update,
@@ -84,6 +85,9 @@ impl KindSyncer {
         let step = pod_step(tenant_pod.as_ref(), host_pod.is_some());
         match (step, tenant_pod, host_pod) {
             (PodStep::Collect { .. }, _, host_pod) => {
+                if let Ok(path) = self.pod_path() {
+                    path.caches.dependents().remove_pod(key);
+                }
                 if let Some(host_pod) = host_pod {
                     self.collect(key, &host_name, &host_pod).await?;
                 }
@@ -202,6 +206,13 @@ impl KindSyncer {
         // each other: made at once, so a new Pod waits for the slowest of them
         // rather than for their sum. Both are settled before the host Pod.
         let needed = dependencies(&built.references);
+        // Indexed before its dependencies are read: a change to one from now on
+        // brings this Pod back (see dependency_cache).
+        {
+            let mut dependents = path.caches.dependents();
+            dependents.set_pod(tenant_pod);
+            dependents.set_waiting(key, None);
+        }
         let copies = needed.iter().map(|(dependency, (_, field))| {
             self.ensure_dependency(key, dependency.kind, &key.0, &dependency.name, field)
         });
@@ -224,6 +235,14 @@ impl KindSyncer {
             if let DependencyState::Waiting(why) = state
                 && *required
             {
+                path.caches.dependents().set_waiting(
+                    key,
+                    Some(DependencyKey {
+                        kind: dependency.kind,
+                        namespace: key.0.clone(),
+                        name: dependency.name.clone(),
+                    }),
+                );
                 self.skip_once(
                     key,
                     uid,
@@ -287,8 +306,7 @@ impl KindSyncer {
     ) -> Result<DependencyState, SyncError> {
         match kind {
             DependencyKind::ConfigMap | DependencyKind::Secret => {
-                self.ensure_copy(pod, kind, namespace, name, field, None)
-                    .await
+                self.ensure_copy(pod, kind, namespace, name, field).await
             }
             DependencyKind::PersistentVolumeClaim => {
                 super::storage::ensure_claim(self, pod, namespace, name, field).await

@@ -9,12 +9,11 @@ use std::time::Duration;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use tenantplane_core::kinds::GroupKind;
-use tenantplane_core::pods::{
-    DependencyKind, HostPodContext, NodeView, PodControls, PodDns, TenantApiEndpoint,
-};
+use tenantplane_core::pods::{HostPodContext, NodeView, PodControls, PodDns, TenantApiEndpoint};
 
+use super::dependency_cache::{DependencyCaches, DependencyRef};
 use super::outage::HostOutages;
-use super::{Key, KindSyncer, SyncError};
+use super::{KindSyncer, SyncError};
 use crate::queue::WorkQueue;
 
 /// How long a tenant object being deleted waits for a host API server that does
@@ -56,9 +55,6 @@ impl Default for PodSettings {
     }
 }
 
-/// A dependency of a tenant Pod: its kind and `(namespace, name)`.
-pub(super) type DependencyRef = (DependencyKind, Key);
-
 /// The Pod path's state, built once per syncer.
 pub(super) struct PodPath {
     pub(super) context: HostPodContext,
@@ -69,6 +65,8 @@ pub(super) struct PodPath {
     pub(super) outages: HostOutages,
     /// Tenant dependencies being deleted, to finalize.
     pub(super) dependencies: Arc<WorkQueue<DependencyRef>>,
+    /// The dependencies on both sides, and who uses which.
+    pub(super) caches: Arc<DependencyCaches>,
     /// Held while a tenant Node is made and a Pod bound to it, and while unused
     /// Nodes are collected: a collection that read the Pods before a binding and
     /// the Nodes after it would otherwise delete the Node just bound to.
@@ -95,6 +93,7 @@ impl PodPath {
             events: Recorder::new(tenant, reporter),
             outages: HostOutages::new(settings.host_unreachable_release),
             dependencies: WorkQueue::new(),
+            caches: Arc::new(DependencyCaches::new()),
             nodes: tokio::sync::Mutex::new(()),
         }
     }

@@ -4,14 +4,14 @@
 
 use kube::Api;
 use kube::api::DynamicObject;
-use serde_json::Value;
 use tenantplane_api::{DecisionAction, HostTarget, TenantObjectRef};
 use tenantplane_core::pods::DependencyKind;
 use tenantplane_core::pods::status::pvc_status_update;
 use tenantplane_core::pods::storage::{
-    bound_volume, host_pv, host_pvc, pv_host_name, pv_is_ours, volume_secrets,
+    bound_volume, host_pv, pv_host_name, pv_is_ours, volume_secrets,
 };
 
+use super::dependency_cache::Cached;
 use super::dependency_copy::{DependencyState, refusal};
 use super::fields::{core_resource, get_value, put_status, str_at};
 use super::{Key, KindSyncer, SyncError, post_params};
@@ -27,7 +27,15 @@ pub(super) async fn ensure_claim(
     let pvc_resource = core_resource("PersistentVolumeClaim");
     let tenant_pvcs: Api<DynamicObject> =
         Api::namespaced_with(ctx.tenant.clone(), namespace, &pvc_resource);
-    let Some(tenant_pvc) = get_value(&tenant_pvcs, &pvc_resource, name).await? else {
+    let cached = syncer.pods.as_ref().map_or(Cached::Unknown, |path| {
+        path.caches
+            .tenant(DependencyKind::PersistentVolumeClaim, namespace, name)
+    });
+    let tenant_pvc = match cached {
+        Cached::Found(pvc) => Some(pvc),
+        Cached::Absent | Cached::Unknown => get_value(&tenant_pvcs, &pvc_resource, name).await?,
+    };
+    let Some(tenant_pvc) = tenant_pvc else {
         return Ok(DependencyState::Waiting(
             "it does not exist in the tenant".into(),
         ));
@@ -59,7 +67,6 @@ pub(super) async fn ensure_claim(
                 &secret.namespace,
                 &secret.name,
                 &why,
-                None,
             )
             .await?
         {
@@ -110,14 +117,6 @@ pub(super) async fn ensure_claim(
         }
     }
     // Then the claim, through the same path as every copy, bound to the PV copy.
-    let target = ctx.target.clone();
-    let pvc_for_host = tenant_pvc.clone();
-    let bind = move |desired: &mut Value| {
-        // host_pvc binds the claim to the PV copy and drops the tenant binder's annotations.
-        if let Ok((_, object)) = host_pvc(&target, &pvc_for_host) {
-            *desired = object;
-        }
-    };
     let state = syncer
         .ensure_copy(
             pod,
@@ -125,7 +124,6 @@ pub(super) async fn ensure_claim(
             namespace,
             name,
             field,
-            Some(&bind),
         )
         .await?;
     if let DependencyState::Waiting(_) = state {
