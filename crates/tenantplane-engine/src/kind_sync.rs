@@ -476,7 +476,13 @@ impl KindSyncer {
             let (result, key) = match &work {
                 Work::Object(key) => (self.sync(key).await, key.clone()),
                 // Logged and reported under an empty key, as no object has one.
-                Work::CollectUnused => (self.collect_unused().await, Key::default()),
+                Work::CollectUnused => {
+                    let result = match &self.pods {
+                        Some(path) => self.collect_unused(path).await,
+                        None => Ok(()),
+                    };
+                    (result, Key::default())
+                }
             };
             match result {
                 Ok(()) => {

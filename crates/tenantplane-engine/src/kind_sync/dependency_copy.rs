@@ -45,17 +45,14 @@ pub(super) fn refusal<T>(
 }
 
 impl KindSyncer {
-    /// The dependency caches, in a syncer with the Pod path (the Ingress path
-    /// reads from the API servers).
-    fn dependency_caches(&self) -> Option<&DependencyCaches> {
-        self.pods.as_ref().map(|path| path.caches.as_ref())
-    }
-
-    /// Copies tenant object `namespace/name` of core `kind` to the host, marked as a
+    /// Copies tenant object `namespace/name` of core `kind` to the host, reading
+    /// both sides from `caches` when given (the Pod path; the Ingress path reads
+    /// from the API servers), marked as a
     /// Pod dependency unless its kind is synced for its own sake; a claim is bound
     /// to its volume copy.
     pub(super) async fn ensure_copy(
         &self,
+        caches: Option<&DependencyCaches>,
         pod: &Key,
         dependency: DependencyKind,
         namespace: &str,
@@ -80,7 +77,6 @@ impl KindSyncer {
             tenant: &self.ctx.target.tenant,
         })
         .name;
-        let caches = self.dependency_caches();
         let cached_tenant =
             caches.map_or(Cached::Unknown, |c| c.tenant(dependency, namespace, name));
         let cached_host = caches.map_or(Cached::Unknown, |c| {
@@ -124,11 +120,8 @@ impl KindSyncer {
         };
         let uid = str_at(&tenant_value, "/metadata/uid");
         let source = placement.source_identity(&self.ctx.target.tenant, uid.as_deref());
-        let user = if self.pods.is_some() {
-            "Pod"
-        } else {
-            self.group_kind.kind.as_str()
-        };
+        // The kind of this syncer: a Pod, or an Ingress (its TLS Secrets).
+        let user = self.group_kind.kind.as_str();
         let why = format!("used by {user} {}/{} ({field})", pod.0, pod.1);
         // A copy planned from the cache may meet a newer host object (409): it is
         // read from the host and planned once more.

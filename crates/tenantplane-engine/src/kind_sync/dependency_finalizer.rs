@@ -30,6 +30,7 @@ use tenantplane_core::transform::dependency_to_host;
 use super::dependency_cache::{DEPENDENCY_KINDS, DependencyRef, has_finalizer, resource};
 use super::fields::{core_resource, get_value, str_at, string_list};
 use super::outage::{is_unreachable, released_reason};
+use super::pod_path::PodPath;
 use super::{Key, KindSyncer, SyncError};
 use crate::deletion::{delete_exact, exactly};
 
@@ -143,12 +144,15 @@ impl KindSyncer {
 
     /// Finalizes queued dependencies, retrying each with backoff until it is done.
     pub(super) async fn finalize_dependencies(self: Arc<Self>) {
-        let Ok(path) = self.pod_path() else { return };
+        // Spawned only for a syncer with the Pod path.
+        let Some(path) = self.pods.as_ref() else {
+            return;
+        };
         let queue = Arc::clone(&path.dependencies);
         let mut attempts: std::collections::HashMap<DependencyRef, u32> =
             std::collections::HashMap::new();
         while let Some(item) = queue.next().await {
-            match self.finalize_dependency(item.0, &item.1).await {
+            match self.finalize_dependency(path, item.0, &item.1).await {
                 Ok(()) => {
                     attempts.remove(&item);
                 }
@@ -167,8 +171,12 @@ impl KindSyncer {
 
     /// The tenant dependency `key` is being deleted: delete its host copy (if it is
     /// ours, UID precondition), then remove the finalizer.
-    async fn finalize_dependency(&self, kind: DependencyKind, key: &Key) -> Result<(), SyncError> {
-        let path = self.pod_path()?;
+    async fn finalize_dependency(
+        &self,
+        path: &PodPath,
+        kind: DependencyKind,
+        key: &Key,
+    ) -> Result<(), SyncError> {
         let tenant_api = self.tenant_dependencies(kind, &key.0);
         let Some(tenant_object) = get_value(&tenant_api, &resource(kind), &key.1).await? else {
             return Ok(());

@@ -19,13 +19,13 @@ use tenantplane_core::services::ingress_refs::needed_by_ingresses;
 
 use super::dependency_finalizer::delete_volume_copy;
 use super::fields::{api_error, core_resource, get_value, str_at, to_value};
+use super::pod_path::PodPath;
 use super::{KindSyncer, SyncError, typed_value};
 use crate::deletion::{delete_exact, exactly};
 
 impl KindSyncer {
     /// Removes every dependency copy made for Pods that no tenant Pod uses any more.
-    pub(super) async fn collect_dependencies(&self) -> Result<(), SyncError> {
-        let path = self.pod_path()?;
+    pub(super) async fn collect_dependencies(&self, path: &PodPath) -> Result<(), SyncError> {
         let pods: Vec<Value> = self
             .tenant_store
             .state()

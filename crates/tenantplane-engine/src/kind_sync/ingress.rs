@@ -119,7 +119,7 @@ impl KindSyncer {
                 )));
             }
             let state = self
-                .ensure_copy(key, DependencyKind::Secret, &key.0, &name, &field)
+                .ensure_copy(None, key, DependencyKind::Secret, &key.0, &name, &field)
                 .await?;
             if let DependencyState::Waiting(why) = state {
                 return Ok(Some(format!(

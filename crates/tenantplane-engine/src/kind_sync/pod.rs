@@ -7,9 +7,12 @@
 //! plan ([`plan_apply`]) and writes ([`KindSyncer::carry_out`]).
 //!
 //! The modules of the Pod path use each other one way only, so each can be read
-//! (and changed) knowing only those before it: `fields` and `pod_path`, then
-//! `dependency_finalizer`, `dependency_copy`, `storage`, `dependency_gc`, and this
-//! module last.
+//! (and changed) knowing only those before it: `fields`, `dependency_cache` and
+//! `pod_path`, then `dependency_finalizer`, `dependency_copy`, `storage`,
+//! `dependency_gc`, and this module last. Each function of the Pod path takes the
+//! [`PodPath`] it works with: a syncer has one only for Pods, and the one place
+//! that decides (the sync dispatch) hands it over, so no Pod step can run without
+//! it.
 //!
 //! Stays over 500 lines: the last step of the Pod path (apply, status back,
 //! deletion through the finalizer); the steps before it are already modules.
@@ -40,6 +43,7 @@ use super::fields::{
     api_error, core_resource, get_value, put_status, str_at, string_list, warn_tenant_object,
 };
 use super::outage::{is_unreachable, released_reason};
+use super::pod_path::PodPath;
 use super::{Key, KindSyncer, SyncError};
 use crate::deletion::{delete_exact, exactly};
 use crate::tenant_dns::dns_service_ip;
@@ -74,39 +78,38 @@ impl KindSyncer {
     }
 
     /// Removes the tenant Nodes and dependency copies no Pod uses any more.
-    pub(super) async fn collect_unused(&self) -> Result<(), SyncError> {
-        self.collect_nodes().await?;
-        self.collect_dependencies().await
+    pub(super) async fn collect_unused(&self, path: &PodPath) -> Result<(), SyncError> {
+        self.collect_nodes(path).await?;
+        self.collect_dependencies(path).await
     }
 
     /// Syncs one tenant Pod: the step [`pod_step`] decides, taken.
-    pub(super) async fn sync_pod(&self, key: &Key) -> Result<(), SyncError> {
+    pub(super) async fn sync_pod(&self, path: &PodPath, key: &Key) -> Result<(), SyncError> {
         let (tenant_pod, host_name, host_pod) = self.cached_pair(key)?;
         let step = pod_step(tenant_pod.as_ref(), host_pod.is_some());
         match (step, tenant_pod, host_pod) {
             (PodStep::Collect { .. }, _, host_pod) => {
-                if let Ok(path) = self.pod_path() {
-                    path.caches.dependents().remove_pod(key);
-                }
+                path.caches.dependents().remove_pod(key);
                 if let Some(host_pod) = host_pod {
                     self.collect(key, &host_name, &host_pod).await?;
                 }
-                self.collect_dependencies().await
+                self.collect_dependencies(path).await
             }
             (PodStep::Finalize, Some(tenant_pod), host_pod) => {
-                self.finalize_pod(key, &tenant_pod, &host_name, host_pod.as_ref())
+                self.finalize_pod(path, key, &tenant_pod, &host_name, host_pod.as_ref())
                     .await
             }
             (PodStep::MarkLost, Some(tenant_pod), _) => {
                 self.mark_lost(key, &tenant_pod, &host_name).await
             }
             (PodStep::Create, Some(tenant_pod), _) => {
-                self.create_or_update_pod(key, &tenant_pod, None).await
+                self.create_or_update_pod(path, key, &tenant_pod, None)
+                    .await
             }
             (PodStep::UpdateAndReport, Some(tenant_pod), Some(host_pod)) => {
-                self.create_or_update_pod(key, &tenant_pod, Some(&host_pod))
+                self.create_or_update_pod(path, key, &tenant_pod, Some(&host_pod))
                     .await?;
-                self.report_back(key, &tenant_pod, &host_pod).await
+                self.report_back(path, key, &tenant_pod, &host_pod).await
             }
             // Nothing, and pairs pod_step never makes (a step for a missing Pod).
             _ => Ok(()),
@@ -117,6 +120,7 @@ impl KindSyncer {
     /// cannot disappear before its host copy is gone).
     async fn create_or_update_pod(
         &self,
+        path: &PodPath,
         key: &Key,
         tenant_pod: &Value,
         host_pod: Option<&Value>,
@@ -126,17 +130,18 @@ impl KindSyncer {
             // otherwise). A new Pod gets it with its dependencies, in apply_pod.
             self.ensure_finalizer(key, tenant_pod).await?;
         }
-        self.apply_pod(key, tenant_pod, host_pod.cloned()).await
+        self.apply_pod(path, key, tenant_pod, host_pod.cloned())
+            .await
     }
 
     /// Plans the host Pod, brings its dependencies, and writes it.
     async fn apply_pod(
         &self,
+        path: &PodPath,
         key: &Key,
         tenant_pod: &Value,
         host_pod: Option<Value>,
     ) -> Result<(), SyncError> {
-        let path = self.pod_path()?;
         let uid = str_at(tenant_pod, "/metadata/uid");
         let host_name = host_name(&SourceName {
             name: &key.1,
@@ -189,6 +194,7 @@ impl KindSyncer {
                         .map(|r| format!("{} ({})", r.field, r.control))
                         .collect();
                     self.warn_tenant_pod(
+                        path,
                         tenant_pod,
                         "IsolationRefused",
                         format!(
@@ -214,7 +220,7 @@ impl KindSyncer {
             dependents.set_waiting(key, None);
         }
         let copies = needed.iter().map(|(dependency, (_, field))| {
-            self.ensure_dependency(key, dependency.kind, &key.0, &dependency.name, field)
+            self.ensure_dependency(path, key, dependency.kind, &key.0, &dependency.name, field)
         });
         let new_pod = host_pod.is_none();
         let finalizer = async {
@@ -288,8 +294,13 @@ impl KindSyncer {
     }
 
     /// A Warning Event on the tenant Pod, where its owner looks.
-    async fn warn_tenant_pod(&self, tenant_pod: &Value, reason: &str, note: String) {
-        let Ok(path) = self.pod_path() else { return };
+    async fn warn_tenant_pod(
+        &self,
+        path: &PodPath,
+        tenant_pod: &Value,
+        reason: &str,
+        note: String,
+    ) {
         warn_tenant_object(&path.events, "v1", "Pod", tenant_pod, reason, note).await;
     }
 }
@@ -298,6 +309,7 @@ impl KindSyncer {
     /// Makes sure the host copy of one dependency is there and current.
     async fn ensure_dependency(
         &self,
+        path: &PodPath,
         pod: &Key,
         kind: DependencyKind,
         namespace: &str,
@@ -306,10 +318,11 @@ impl KindSyncer {
     ) -> Result<DependencyState, SyncError> {
         match kind {
             DependencyKind::ConfigMap | DependencyKind::Secret => {
-                self.ensure_copy(pod, kind, namespace, name, field).await
+                self.ensure_copy(Some(&path.caches), pod, kind, namespace, name, field)
+                    .await
             }
             DependencyKind::PersistentVolumeClaim => {
-                super::storage::ensure_claim(self, pod, namespace, name, field).await
+                super::storage::ensure_claim(self, path, pod, namespace, name, field).await
             }
         }
     }
@@ -337,6 +350,7 @@ impl KindSyncer {
     /// host that does not answer for longer than the bound lets it go too.
     async fn finalize_pod(
         &self,
+        path: &PodPath,
         key: &Key,
         tenant_pod: &Value,
         host_name: &str,
@@ -346,7 +360,7 @@ impl KindSyncer {
         if !finalizers.iter().any(|f| f == FINALIZER) {
             return Ok(());
         }
-        let outages = &self.pod_path()?.outages;
+        let outages = &path.outages;
         let unreachable_for = match self
             .remove_host_pod(key, tenant_pod, host_name, host_pod)
             .await
@@ -396,8 +410,8 @@ impl KindSyncer {
             // tenant Pod's deletion and the host's re-list both queue this key).
             return Ok(());
         }
-        self.collect_nodes().await?;
-        self.collect_dependencies().await
+        self.collect_nodes(path).await?;
+        self.collect_dependencies(path).await
     }
 
     /// Deletes the host Pod of `key` (same grace period as the tenant Pod, UID
@@ -491,6 +505,7 @@ impl KindSyncer {
     /// changed, so the write it causes makes no further write.
     async fn report_back(
         &self,
+        path: &PodPath,
         key: &Key,
         tenant_pod: &Value,
         host_pod: &Value,
@@ -511,7 +526,10 @@ impl KindSyncer {
             // The patch's watch event brings the Pod back with its new version.
             return Ok(());
         }
-        if self.bind_to_tenant_node(key, tenant_pod, host_pod).await? {
+        if self
+            .bind_to_tenant_node(path, key, tenant_pod, host_pod)
+            .await?
+        {
             return Ok(());
         }
         if let Some(status) = tenant_pod_status_update(

@@ -13,7 +13,6 @@ use tenantplane_core::pods::{HostPodContext, NodeView, PodControls, PodDns, Tena
 
 use super::dependency_cache::{DependencyCaches, DependencyRef};
 use super::outage::HostOutages;
-use super::{KindSyncer, SyncError};
 use crate::queue::WorkQueue;
 
 /// How long a tenant object being deleted waits for a host API server that does
@@ -96,13 +95,5 @@ impl PodPath {
             caches: Arc::new(DependencyCaches::new()),
             nodes: tokio::sync::Mutex::new(()),
         }
-    }
-}
-
-impl KindSyncer {
-    pub(super) fn pod_path(&self) -> Result<&PodPath, SyncError> {
-        self.pods
-            .as_ref()
-            .ok_or_else(|| SyncError::Decode("the Pod path is not configured".into()))
     }
 }

@@ -14,10 +14,12 @@ use tenantplane_core::pods::storage::{
 use super::dependency_cache::Cached;
 use super::dependency_copy::{DependencyState, refusal};
 use super::fields::{core_resource, get_value, put_status, str_at};
+use super::pod_path::PodPath;
 use super::{Key, KindSyncer, SyncError, post_params};
 
 pub(super) async fn ensure_claim(
     syncer: &KindSyncer,
+    path: &PodPath,
     pod: &Key,
     namespace: &str,
     name: &str,
@@ -27,10 +29,9 @@ pub(super) async fn ensure_claim(
     let pvc_resource = core_resource("PersistentVolumeClaim");
     let tenant_pvcs: Api<DynamicObject> =
         Api::namespaced_with(ctx.tenant.clone(), namespace, &pvc_resource);
-    let cached = syncer.pods.as_ref().map_or(Cached::Unknown, |path| {
-        path.caches
-            .tenant(DependencyKind::PersistentVolumeClaim, namespace, name)
-    });
+    let cached = path
+        .caches
+        .tenant(DependencyKind::PersistentVolumeClaim, namespace, name);
     let tenant_pvc = match cached {
         Cached::Found(pvc) => Some(pvc),
         Cached::Absent | Cached::Unknown => get_value(&tenant_pvcs, &pvc_resource, name).await?,
@@ -62,6 +63,7 @@ pub(super) async fn ensure_claim(
         let why = format!("{field} -> PersistentVolume {volume} {}", secret.field);
         if let DependencyState::Waiting(reason) = syncer
             .ensure_copy(
+                Some(&path.caches),
                 pod,
                 DependencyKind::Secret,
                 &secret.namespace,
@@ -119,6 +121,7 @@ pub(super) async fn ensure_claim(
     // Then the claim, through the same path as every copy, bound to the PV copy.
     let state = syncer
         .ensure_copy(
+            Some(&path.caches),
             pod,
             DependencyKind::PersistentVolumeClaim,
             namespace,

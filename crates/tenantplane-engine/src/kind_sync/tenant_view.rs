@@ -27,6 +27,7 @@ use tenantplane_core::pods::{HostPod, NodeView};
 
 use super::dependency_copy::DependencyState;
 use super::fields::{get_value, put_status, str_at};
+use super::pod_path::PodPath;
 use super::{Key, KindSyncer, SyncError, post_params, typed_value};
 use crate::deletion::{delete_exact, exactly};
 
@@ -223,6 +224,7 @@ impl KindSyncer {
     /// Pod runs on (creating that Node first). Returns whether it wrote.
     pub(super) async fn bind_to_tenant_node(
         &self,
+        path: &PodPath,
         key: &Key,
         tenant_pod: &Value,
         host_pod: &Value,
@@ -237,7 +239,7 @@ impl KindSyncer {
         {
             return Ok(false);
         }
-        let _nodes = self.pod_path()?.nodes.lock().await;
+        let _nodes = path.nodes.lock().await;
         let node = self.ensure_tenant_node(&host_node).await?;
         let binding = serde_json::json!({"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": key.1, "namespace": key.0, "uid": str_at(tenant_pod, "/metadata/uid")},
@@ -426,8 +428,8 @@ impl KindSyncer {
     /// Tenant Nodes tenantplane made: refreshed while a tenant Pod is bound to them
     /// (in `scheduled` mode also while their host node is schedulable, created if
     /// missing), removed otherwise.
-    pub(super) async fn collect_nodes(&self) -> Result<(), SyncError> {
-        let _nodes = self.pod_path()?.nodes.lock().await;
+    pub(super) async fn collect_nodes(&self, path: &PodPath) -> Result<(), SyncError> {
+        let _nodes = path.nodes.lock().await;
         let view = self.node_view();
         let used: BTreeSet<String> = self
             .tenant_store

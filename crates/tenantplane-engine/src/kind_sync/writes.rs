@@ -59,8 +59,8 @@ impl KindSyncer {
                 }
             };
         }
-        if self.pods.is_some() {
-            return self.sync_pod(key).await;
+        if let Some(path) = &self.pods {
+            return self.sync_pod(path, key).await;
         }
         if self.services.is_some() {
             return self.sync_service(key).await;
