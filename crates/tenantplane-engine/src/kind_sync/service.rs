@@ -79,19 +79,16 @@ impl ServicePath {
 }
 
 impl KindSyncer {
-    fn service_path(&self) -> Result<&ServicePath, SyncError> {
-        self.services
-            .as_ref()
-            .ok_or_else(|| SyncError::Decode("the Service path is not configured".into()))
-    }
-
     fn tenant_services(&self, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.ctx.tenant.clone(), namespace, &self.tenant_resource)
     }
 
     /// Syncs one tenant Service: host copy first, then the tenant side.
-    pub(super) async fn sync_service(&self, key: &Key) -> Result<(), SyncError> {
-        let path = self.service_path()?;
+    pub(super) async fn sync_service(
+        &self,
+        path: &ServicePath,
+        key: &Key,
+    ) -> Result<(), SyncError> {
         let (tenant_obj, host_name, host_obj) = self.cached_pair(key)?;
         let replacing = path.recreating().get(key).map(|r| Replacing {
             replaced_uid: r.replaced_uid.clone(),
@@ -102,7 +99,7 @@ impl KindSyncer {
             .map(|t| t.pointer("/metadata/uid").and_then(Value::as_str));
         match service_step(tenant_uid, replacing.as_ref()) {
             ServiceStep::CreateReplacement => {
-                return self.create_replacement(key, &host_name).await;
+                return self.create_replacement(path, key, &host_name).await;
             }
             ServiceStep::Wait => return Ok(()),
             ServiceStep::Collect => {
@@ -130,7 +127,8 @@ impl KindSyncer {
         if !self.is_our_copy(key, &host) {
             return Ok(());
         }
-        self.align_address(key, &tenant, &host, &host_name).await?;
+        self.align_address(path, key, &tenant, &host, &host_name)
+            .await?;
         if let Some(status) = load_balancer_status(&tenant, &host) {
             put_status(&self.tenant_services(&key.0), &tenant, status).await?;
         }
@@ -141,12 +139,12 @@ impl KindSyncer {
     /// Makes the tenant Service carry the host copy's allocations.
     async fn align_address(
         &self,
+        path: &ServicePath,
         key: &Key,
         tenant: &Value,
         host: &Value,
         host_name: &str,
     ) -> Result<(), SyncError> {
-        let path = self.service_path()?;
         let uid = str_at(tenant, "/metadata/uid");
         match plan_address(tenant, host) {
             AddressPlan::InSync => {
@@ -207,7 +205,7 @@ impl KindSyncer {
                     .delete(&key.1, &unchanged_since_read(tenant, uid))
                     .await
                 {
-                    Ok(_) => self.create_replacement(key, host_name).await,
+                    Ok(_) => self.create_replacement(path, key, host_name).await,
                     // Gone meanwhile (404), or changed or replaced since our cache
                     // read it (409: the preconditions): never re-create from a stale
                     // copy; the watch brings the new version back.
@@ -231,8 +229,12 @@ impl KindSyncer {
     /// Creates the tenant Service of a re-create in flight. Refused the host's
     /// address, it creates the Service back without it, so the tenant keeps its
     /// Service, and records why once.
-    async fn create_replacement(&self, key: &Key, host_name: &str) -> Result<(), SyncError> {
-        let path = self.service_path()?;
+    async fn create_replacement(
+        &self,
+        path: &ServicePath,
+        key: &Key,
+        host_name: &str,
+    ) -> Result<(), SyncError> {
         let Some(pending) = path.recreating().get(key).cloned() else {
             return Ok(());
         };

@@ -62,8 +62,8 @@ impl KindSyncer {
         if let Some(path) = &self.pods {
             return self.sync_pod(path, key).await;
         }
-        if self.services.is_some() {
-            return self.sync_service(key).await;
+        if let Some(path) = &self.services {
+            return self.sync_service(path, key).await;
         }
         if tenantplane_core::services::ingress::is_ingress(&self.group_kind) {
             return self.sync_ingress(key).await;
