@@ -62,13 +62,12 @@ async fn refused(api: &Api<DynamicObject>, object: &DynamicObject) -> kube::core
 
 #[tokio::test]
 async fn the_api_server_consults_the_webhook_and_fails_closed_only_for_tenantplane() {
-    let env = TestEnv::start().await.expect("etcd");
-    let server = env.start_apiserver("host").await.expect("apiserver");
-    let client = server.client().await.expect("client");
-    server
-        .install_crds(tenantplane_api::crds())
+    let env = TestEnv::start_shared().await.expect("etcd");
+    let server = env
+        .start_apiserver_with_crds("host", tenantplane_api::crds())
         .await
-        .expect("CRDs");
+        .expect("apiserver");
+    let client = server.client().await.expect("client");
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(
@@ -301,13 +300,12 @@ async fn until_message(
 
 #[tokio::test]
 async fn a_rotated_certificate_is_served_without_a_restart() {
-    let env = TestEnv::start().await.expect("etcd");
-    let server = env.start_apiserver("host").await.expect("apiserver");
-    let client = server.client().await.expect("client");
-    server
-        .install_crds(tenantplane_api::crds())
+    let env = TestEnv::start_shared().await.expect("etcd");
+    let server = env
+        .start_apiserver_with_crds("host", tenantplane_api::crds())
         .await
-        .expect("CRDs");
+        .expect("apiserver");
+    let client = server.client().await.expect("client");
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),

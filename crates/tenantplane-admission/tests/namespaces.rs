@@ -61,7 +61,7 @@ fn reserved(tenant: &Tenant) -> Vec<String> {
 
 #[tokio::test]
 async fn tenant_owners_namespaces_join_their_tenant_within_a_race_free_quota() {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let mut options = ApiServerOptions::new("host");
     options.users.push(TestUser::new("alice", &["devs"]));
     options.users.push(TestUser::new("bob", &["others"]));

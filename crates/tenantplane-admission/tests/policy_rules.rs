@@ -106,17 +106,14 @@ impl Drop for Cluster {
 /// any webhook, so `acme`'s rules are stored unvalidated); the webhooks serving; the
 /// namespace webhooks registered, and namespaces `acme-1` and `beta-1`.
 async fn start(name: &str, extra_args: &[&str], acme_rules: Value, beta_rules: Value) -> Cluster {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let mut options = ApiServerOptions::new(name);
     options.users.push(TestUser::new("alice", &[]));
     options.users.push(TestUser::new("bob", &[]));
     options.extra_args = extra_args.iter().map(|a| (*a).to_owned()).collect();
+    options.crds = tenantplane_api::crds();
     let server = env.start_apiserver_with(options).await.expect("apiserver");
     let admin = server.client().await.expect("admin client");
-    server
-        .install_crds(tenantplane_api::crds())
-        .await
-        .expect("CRDs");
     let pp = PostParams::default();
     Api::<ClusterRole>::all(admin.clone())
         .create(&pp, &from(json!({"metadata": {"name": "too-broad"}, "rules": [
@@ -732,7 +729,7 @@ fn claimed(list: &[Protected]) -> BTreeSet<(String, String, String)> {
 
 #[tokio::test]
 async fn webhook_rules_cover_exactly_the_protected_paths_and_each_exists() {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let mut options = ApiServerOptions::new("coverage");
     options.extra_args.push(EPHEMERAL_GATE.into());
     let server = env.start_apiserver_with(options).await.expect("apiserver");

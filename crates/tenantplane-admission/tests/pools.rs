@@ -50,7 +50,7 @@ fn denial<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
 
 #[tokio::test]
 async fn pools_keep_their_grants_and_bound_claims_keep_their_shape() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let server = env.start_apiserver("host").await.unwrap();
     let client: Client = server.client().await.unwrap();
     server.install_crds(tenantplane_api::crds()).await.unwrap();

@@ -172,7 +172,7 @@ fn shared() -> &'static Shared {
 /// Starts the control plane, hands it over through `started`, then serves the
 /// webhook, and stops and restarts it when told, until the process exits.
 async fn control_plane(started: std::sync::mpsc::Sender<Shared>) {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     env.remove_dir_at_exit()
         .expect("the directory is removed at exit");
     let mut options = ApiServerOptions::new("host");

@@ -151,6 +151,18 @@ pub fn widget_crd(scope: &str) -> CustomResourceDefinition {
     .unwrap()
 }
 
+/// tenantplane's CRDs and the Widget, on the host.
+pub fn host_crds() -> Vec<CustomResourceDefinition> {
+    let mut crds = tenantplane_api::crds();
+    crds.push(widget_crd("Namespaced"));
+    crds
+}
+
+/// The Widget, in the tenant.
+pub fn tenant_crds() -> Vec<CustomResourceDefinition> {
+    vec![widget_crd("Namespaced")]
+}
+
 pub async fn install_crds(client: &Client, crds: Vec<CustomResourceDefinition>) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in &crds {
@@ -286,20 +298,34 @@ impl Harness {
     /// `default` (ConfigMap, Secret, Service, Widget; 2s drift interval) and
     /// TenantCluster `dev` attached to the tenant server.
     pub async fn start() -> Harness {
-        let env = TestEnv::start().await.expect("etcd");
-        let host_server = env.start_apiserver("host").await.expect("host");
-        let tenant_server = env.start_apiserver("tenant").await.expect("tenant");
-        Self::attach(env, host_server, tenant_server).await
+        let env = TestEnv::start_shared().await.expect("etcd");
+        // The CRDs come with the servers: from the second test on, in the storage
+        // they start on, which costs far less than installing them live.
+        let host_server = env
+            .start_apiserver_with_crds("host", host_crds())
+            .await
+            .expect("host");
+        let tenant_server = env
+            .start_apiserver_with_crds("tenant", tenant_crds())
+            .await
+            .expect("tenant");
+        Self::set_up(env, host_server, tenant_server).await
     }
 
     /// [`Harness::start`] on servers the test started itself (with flags of its own).
     pub async fn attach(env: TestEnv, host_server: ApiServer, tenant_server: ApiServer) -> Harness {
         let host = host_server.client().await.unwrap();
         let tenant = tenant_server.client().await.unwrap();
-        let mut crds = tenantplane_api::crds();
-        crds.push(widget_crd("Namespaced"));
-        install_crds(&host, crds).await;
-        install_crds(&tenant, vec![widget_crd("Namespaced")]).await;
+        install_crds(&host, host_crds()).await;
+        install_crds(&tenant, tenant_crds()).await;
+        Self::set_up(env, host_server, tenant_server).await
+    }
+
+    /// The namespace, profile, policy and kubeconfig Secret every test starts with,
+    /// on servers that have their CRDs ([`host_crds`], [`tenant_crds`]).
+    pub async fn set_up(env: TestEnv, host_server: ApiServer, tenant_server: ApiServer) -> Harness {
+        let host = host_server.client().await.unwrap();
+        let tenant = tenant_server.client().await.unwrap();
         create_namespace(&host, HOST_NS).await;
         create(&host, profile("fast", 1000, 2000)).await;
         create(&host, policy("default", DEFAULT_KINDS, "2s")).await;

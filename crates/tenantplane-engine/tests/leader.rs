@@ -23,7 +23,7 @@ fn fast(holder: &str) -> LeaseConfig {
 
 #[tokio::test]
 async fn only_one_replica_leads_and_a_standby_takes_over() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let server = env.start_apiserver("host").await.unwrap();
     let client = server.client().await.unwrap();
 
@@ -107,7 +107,7 @@ async fn only_one_replica_leads_and_a_standby_takes_over() {
 /// before its lease could expire for anyone else.
 #[tokio::test]
 async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let mut server = env.start_apiserver("host").await.unwrap();
     let client = server.client().await.unwrap();
     let config = fast("replica-a");
@@ -166,7 +166,7 @@ async fn a_lease_is_taken_over_after_a_term_of_local_time_whatever_its_renew_tim
     use kube::Api;
     use kube::api::{ObjectMeta, PostParams};
 
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let server = env.start_apiserver("host").await.unwrap();
     let client = server.client().await.unwrap();
     let term_seconds = 3;

@@ -109,9 +109,12 @@ async fn tenant_and_host_configmaps(
 #[tokio::test]
 async fn two_tenant_clusters_in_one_namespace_keep_identically_named_objects_apart() {
     let h = Harness::start().await;
-    let qa_server = h.env.start_apiserver("tenant-qa").await.expect("tenant-qa");
+    let qa_server = h
+        .env
+        .start_apiserver_with_crds("tenant-qa", tenant_crds())
+        .await
+        .expect("tenant-qa");
     let qa = qa_server.client().await.unwrap();
-    install_crds(&qa, vec![widget_crd("Namespaced")]).await;
     kubeconfig_secret(
         &h.host,
         HOST_NS,

@@ -152,7 +152,7 @@ async fn quota_hard(client: &Client, ns: &str, pool: &str) -> Option<BTreeMap<St
 }
 
 async fn start() -> (TestEnv, ApiServer, Client) {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let server = env.start_apiserver("host").await.unwrap();
     server.install_crds(tenantplane_api::crds()).await.unwrap();
     let client = server.client().await.unwrap();

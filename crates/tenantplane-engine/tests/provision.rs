@@ -31,7 +31,7 @@ use tenantplane_testenv::{ApiServer, TestEnv};
 const CP_NS: &str = "team-dev-cp";
 
 async fn server() -> (TestEnv, ApiServer, Client) {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     let client = server.client().await.expect("client");
     server

@@ -30,7 +30,7 @@ fn user(name: &str) -> Subject {
 
 #[tokio::test]
 async fn the_binding_is_written_only_when_it_differs_and_a_foreign_one_never() {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     let host = server.client().await.unwrap();
     let bindings: Api<ClusterRoleBinding> = Api::all(host.clone());

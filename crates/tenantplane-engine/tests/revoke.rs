@@ -67,7 +67,7 @@ struct Cluster {
 }
 
 async fn cluster() -> Cluster {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env
         .start_apiserver_with(ApiServerOptions::new("host"))
         .await

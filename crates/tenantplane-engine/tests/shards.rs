@@ -93,7 +93,7 @@ fn wanted(count: u32, live: &[&str]) -> BTreeMap<u32, String> {
 }
 
 async fn host() -> (TestEnv, tenantplane_testenv::ApiServer, Client) {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let server = env.start_apiserver("host").await.unwrap();
     let client = server.client().await.unwrap();
     Api::<Namespace>::all(client.clone())

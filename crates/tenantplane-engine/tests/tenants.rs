@@ -73,7 +73,7 @@ impl Running {
 }
 
 async fn server(users: &[&str]) -> (TestEnv, ApiServer, Client) {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let mut options = ApiServerOptions::new("host");
     options.users = users.iter().map(|u| TestUser::new(u, &[])).collect();
     let server = env.start_apiserver_with(options).await.expect("apiserver");

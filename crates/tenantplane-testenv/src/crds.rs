@@ -34,6 +34,16 @@ impl ApiServer {
                 .await
                 .map_err(kube_err)?;
         }
+        self.wait_established(names).await
+    }
+
+    /// Waits (polling, up to 30 s) until each CRD named is `Established`.
+    pub async fn wait_established(&self, names: Vec<String>) -> Result<()> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client().await?);
+        let kube_err = |source| Error::Kube {
+            server: self.name().to_owned(),
+            source,
+        };
         let deadline = Instant::now() + ESTABLISHED_TIMEOUT;
         for name in names {
             loop {

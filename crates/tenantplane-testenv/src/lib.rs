@@ -1,8 +1,11 @@
 //! Real Kubernetes control-plane processes for tests and the local playground.
 //!
-//! [`TestEnv::start`] starts one etcd; [`TestEnv::start_apiserver`] starts any number
-//! of `kube-apiserver`s on it, each with its own `--etcd-prefix`, free loopback port,
-//! certificates and token users, and waits for `/readyz`. Every process is killed
+//! [`TestEnv::start`] starts one etcd; [`TestEnv::start_shared`] uses the one etcd of
+//! the whole process (a test binary), starting it first if need be;
+//! [`TestEnv::start_apiserver`] starts any number of `kube-apiserver`s on it, each
+//! with its own `--etcd-prefix`, free loopback port, certificates and token users,
+//! and waits for `/readyz` (a server after the first of its kind starts on a copy of
+//! that one's storage, CRDs included: see [`ApiServerOptions::crds`]). Every process is killed
 //! when its handle drops (also while a test panics), and, through
 //! `PR_SET_PDEATHSIG`, when the test process dies without unwinding. An environment
 //! kept in a `static` for a whole test binary never drops: its directory goes with
@@ -21,6 +24,7 @@ mod objects;
 pub mod poll;
 mod process;
 mod server;
+mod snapshot;
 pub mod test_kubelet;
 mod tls_probe;
 
@@ -72,6 +76,10 @@ pub enum Error {
     TestKubelet(String),
     #[error("real node: {0}")]
     Node(String),
+    #[error("etcd: {0}")]
+    Etcd(String),
+    #[error("the shared etcd did not start: {0}")]
+    SharedEtcd(String),
     #[error("local image: {0}")]
     Image(String),
     #[error("kubeconfig for {server}: {message}")]

@@ -5,9 +5,11 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,6 +18,7 @@ use crate::assets::Assets;
 use crate::certs::{TestCa, signing_key_pair_pem};
 use crate::metrics::{RequestCounts, parse_request_counts};
 use crate::process::ManagedChild;
+use crate::snapshot;
 use crate::{Error, Result, io_err};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -79,6 +82,10 @@ pub struct ApiServerOptions {
     /// token, and without it Pods need no `default` account). Pods of a real node
     /// that use in-cluster config need it.
     pub service_account_admission: bool,
+    /// CRDs the server has, `Established`, once it is ready. The first server with
+    /// these CRDs and flags on an etcd installs them; later ones start on a copy of
+    /// its storage, which saves most of the CPU (see `snapshot.rs`).
+    pub crds: Vec<CustomResourceDefinition>,
 }
 
 impl ApiServerOptions {
@@ -88,6 +95,7 @@ impl ApiServerOptions {
             users: Vec::new(),
             extra_args: Vec::new(),
             service_account_admission: false,
+            crds: Vec::new(),
         }
     }
 }
@@ -144,9 +152,26 @@ async fn etcd_health(port: u16) -> bool {
 pub struct TestEnv {
     assets: Assets,
     ca: TestCa,
+    /// Before every API server's `--etcd-prefix`: empty on an etcd of its own,
+    /// `/envN` on the shared one.
+    prefix: String,
     // Dropped last: the processes above it hold files inside.
-    etcd: Etcd,
+    etcd: Arc<Etcd>,
     root: tempfile::TempDir,
+}
+
+/// A directory for a test environment, on tmpfs when there is one (etcd fsyncs on
+/// every write).
+fn temp_root() -> Result<tempfile::TempDir> {
+    let base = Path::new("/dev/shm");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("tenantplane-testenv-");
+    if base.is_dir() {
+        builder.tempdir_in(base)
+    } else {
+        builder.tempdir()
+    }
+    .map_err(io_err("create the test environment directory"))
 }
 
 impl TestEnv {
@@ -156,23 +181,32 @@ impl TestEnv {
     }
 
     pub async fn start_with(assets: Assets) -> Result<Self> {
-        // tmpfs when there is one: etcd fsyncs on every write.
-        let base = Path::new("/dev/shm");
-        let mut builder = tempfile::Builder::new();
-        builder.prefix("tenantplane-testenv-");
-        let root = if base.is_dir() {
-            builder.tempdir_in(base)
-        } else {
-            builder.tempdir()
-        }
-        .map_err(io_err("create the test environment directory"))?;
+        let root = temp_root()?;
         let ca = TestCa::new("tenantplane-testenv-ca")?;
-        let etcd = start_etcd(&assets, root.path()).await?;
+        let etcd = Arc::new(start_etcd(&assets, root.path()).await?);
         Ok(Self {
             assets,
             ca,
+            prefix: String::new(),
             etcd,
             root,
+        })
+    }
+
+    /// An environment of its own (directory, CA, API servers under their own etcd
+    /// prefix `/envN/<name>`) on the one etcd every `start_shared` environment of
+    /// this process uses: the first call starts it, and it lives until the process
+    /// exits (its directory is removed then). For tests: one etcd per test binary,
+    /// not one per test.
+    pub async fn start_shared() -> Result<Self> {
+        let assets = Assets::locate()?;
+        let etcd = shared_etcd(&assets)?;
+        Ok(Self {
+            assets,
+            ca: TestCa::new("tenantplane-testenv-ca")?,
+            prefix: format!("/env{}", snapshot::next_id()),
+            etcd,
+            root: temp_root()?,
         })
     }
 
@@ -213,7 +247,45 @@ impl TestEnv {
         self.start_apiserver_with(ApiServerOptions::new(name)).await
     }
 
+    /// Starts an API server named `name` with only the admin user and `crds`
+    /// (see [`ApiServerOptions::crds`]).
+    pub async fn start_apiserver_with_crds(
+        &self,
+        name: &str,
+        crds: Vec<CustomResourceDefinition>,
+    ) -> Result<ApiServer> {
+        let mut options = ApiServerOptions::new(name);
+        options.crds = crds;
+        self.start_apiserver_with(options).await
+    }
+
+    /// Starts an API server and waits until it is ready and has its CRDs. Its
+    /// storage starts as a copy of the first one of its kind's (see
+    /// [`ApiServerOptions::crds`]) when its etcd prefix is still empty.
     pub async fn start_apiserver_with(&self, options: ApiServerOptions) -> Result<ApiServer> {
+        let prefix = format!("{}/{}", self.prefix, options.name);
+        let etcd_url = self.etcd.url();
+        let key = snapshot::template_key(etcd_url, &options.extra_args, &options.crds)?;
+        let template = match snapshot::template_for(&key) {
+            Some(template) if snapshot::is_empty(etcd_url, &prefix).await? => {
+                snapshot::copy_prefix(etcd_url, &template, &prefix).await?;
+                Some(template)
+            }
+            _ => None,
+        };
+        let server = self.spawn_apiserver(&options, &prefix).await?;
+        if template.is_some() {
+            server.wait_established(crd_names(&options.crds)).await?;
+        } else {
+            if !options.crds.is_empty() {
+                server.install_crds(options.crds.iter().cloned()).await?;
+            }
+            snapshot::save_template(etcd_url, &prefix, key).await?;
+        }
+        Ok(server)
+    }
+
+    async fn spawn_apiserver(&self, options: &ApiServerOptions, prefix: &str) -> Result<ApiServer> {
         let dir = self.root.path().join(&options.name);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         // Also the names Pods use in-cluster (the `kubernetes` Service's ClusterIP in
@@ -258,7 +330,7 @@ impl TestEnv {
                 dir: dir.clone(),
                 port,
                 binary: self.assets.kube_apiserver(),
-                args: apiserver_args(&dir, port, self.etcd.url(), &options),
+                args: apiserver_args(&dir, port, self.etcd.url(), prefix, options),
                 child: None,
                 ca_pem: self.ca.cert_pem(),
                 users: users.clone(),
@@ -359,16 +431,53 @@ async fn start_etcd(assets: &Assets, root: &Path) -> Result<Etcd> {
     })
 }
 
+fn crd_names(crds: &[CustomResourceDefinition]) -> Vec<String> {
+    crds.iter()
+        .map(|crd| crd.metadata.name.clone().unwrap_or_default())
+        .collect()
+}
+
+/// The etcd of every [`TestEnv::start_shared`] environment. Started on a thread of
+/// its own with a runtime of its own (the caller's runtime may end with its test);
+/// nothing in a running [`Etcd`] needs a runtime.
+fn shared_etcd(assets: &Assets) -> Result<Arc<Etcd>> {
+    static SHARED: OnceLock<Result<Arc<Etcd>, String>> = OnceLock::new();
+    let start = || {
+        let root = temp_root()?;
+        crate::process::remove_at_exit(root.path())?;
+        let root = root.keep();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io_err("build a runtime to start the shared etcd"))?;
+        runtime.block_on(start_etcd(assets, &root)).map(Arc::new)
+    };
+    SHARED
+        .get_or_init(|| {
+            std::thread::scope(|scope| {
+                std::thread::Builder::new()
+                    .name("testenv-shared-etcd".into())
+                    .spawn_scoped(scope, || start().map_err(|e| e.to_string()))
+                    .map_err(|e| format!("start a thread for the shared etcd: {e}"))?
+                    .join()
+                    .unwrap_or_else(|_| Err("the shared etcd's thread panicked".into()))
+            })
+        })
+        .clone()
+        .map_err(Error::SharedEtcd)
+}
+
 fn apiserver_args(
     dir: &Path,
     port: u16,
     etcd_url: &str,
+    prefix: &str,
     options: &ApiServerOptions,
 ) -> Vec<String> {
     let d = |f: &str| dir.join(f).display().to_string();
     let mut args = vec![
         format!("--etcd-servers={etcd_url}"),
-        format!("--etcd-prefix=/{}", options.name),
+        format!("--etcd-prefix={prefix}"),
         format!("--secure-port={port}"),
         "--bind-address=127.0.0.1".into(),
         "--advertise-address=127.0.0.1".into(),

@@ -107,7 +107,7 @@ async fn a_scheduled_pod_runs_and_the_node_leaves_nothing_behind() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().await;
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     let before = machine_state();
 
@@ -199,7 +199,7 @@ async fn a_failed_start_leaves_the_machine_as_it_was() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().await;
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     let assets = fake_assets(FAILING_KUBELET);
     let before = machine_state();
@@ -228,7 +228,7 @@ async fn killed_node_child() {
     let Some(assets) = std::env::var_os(KILLED_NODE_ASSETS) else {
         return;
     };
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     // The kubelet never reports: this waits until the parent kills the process.
     let _ = RealNode::start_with_assets(&server, Path::new(&assets)).await;
@@ -243,7 +243,7 @@ async fn a_run_killed_without_unwinding_is_undone_by_the_next_start() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().await;
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     let hanging = fake_assets("exec sleep 600");
     let failing = fake_assets(FAILING_KUBELET);

@@ -29,7 +29,7 @@ async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
 /// A host API server, a test kubelet registered as its Node, and host Pod `POD`
 /// bound to it and Running.
 async fn setup() -> (TestEnv, ApiServer, TestKubelet, Client) {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let host = env.start_apiserver("host").await.unwrap();
     let kubelet = TestKubelet::start(&host, NODE).await.unwrap();
     let client = host.client().await.unwrap();
@@ -147,7 +147,7 @@ async fn kube_rs_logs_through_the_host_api_server() {
 
 #[tokio::test]
 async fn follow_ends_at_the_configured_limit() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let host = env.start_apiserver("host").await.unwrap();
     let options = TestKubeletOptions {
         follow_limit: Some(12),

@@ -80,13 +80,12 @@ async fn create_yaml_documents(client: &Client, yaml: &str) -> Vec<DynamicObject
 }
 
 async fn server_with_crds() -> (TestEnv, ApiServer, Client) {
-    let env = TestEnv::start().await.expect("etcd");
-    let server = env.start_apiserver("host").await.expect("apiserver");
-    let client = server.client().await.expect("client");
-    server
-        .install_crds(tenantplane_api::crds())
+    let env = TestEnv::start_shared().await.expect("etcd");
+    let server = env
+        .start_apiserver_with_crds("host", tenantplane_api::crds())
         .await
-        .expect("CRDs installed");
+        .expect("apiserver with CRDs");
+    let client = server.client().await.expect("client");
     (env, server, client)
 }
 
@@ -393,7 +392,7 @@ async fn transformed_objects_are_created_with_the_predicted_names_and_metadata()
 
 #[tokio::test]
 async fn rendered_isolation_objects_apply_to_the_api_server() {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     let client = server.client().await.expect("client");
     create_namespace(&client, "team-dev").await;

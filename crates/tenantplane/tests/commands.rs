@@ -68,8 +68,10 @@ async fn create_configmap(client: &Client, namespace: &str, name: &str) {
 }
 
 async fn host_with_crds(env: &TestEnv) -> (ApiServer, Client) {
-    let server = env.start_apiserver("host").await.unwrap();
-    server.install_crds(tenantplane_api::crds()).await.unwrap();
+    let server = env
+        .start_apiserver_with_crds("host", tenantplane_api::crds())
+        .await
+        .unwrap();
     let client = server.client().await.unwrap();
     namespace(&client, "team-dev").await;
     (server, client)
@@ -77,7 +79,7 @@ async fn host_with_crds(env: &TestEnv) -> (ApiServer, Client) {
 
 #[tokio::test]
 async fn why_names_the_tenant_object_and_its_decisions() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let (server, client) = host_with_crds(&env).await;
     let kubeconfig = server.kubeconfig_path();
     let kubeconfig = kubeconfig.to_str().unwrap();
@@ -382,7 +384,7 @@ async fn sigterm(mut child: std::process::Child) -> std::process::ExitStatus {
 
 #[tokio::test]
 async fn the_controller_command_syncs_serves_metrics_and_stops_on_sigterm() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let (host_server, host) = host_with_crds(&env).await;
     let tenant_server = env.start_apiserver("tenant").await.unwrap();
     let tenant = tenant_server.client().await.unwrap();
@@ -666,7 +668,7 @@ async fn eventually<T, Fut: std::future::Future<Output = Option<T>>>(
 
 #[tokio::test]
 async fn why_shows_the_conflicts_the_controller_recorded() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let (host_server, host) = host_with_crds(&env).await;
     let tenant_server = env.start_apiserver("tenant").await.unwrap();
     let tenant = tenant_server.client().await.unwrap();

@@ -88,7 +88,7 @@ fn token(kubeconfig: &str) -> String {
 
 #[tokio::test]
 async fn connect_prints_and_merges_a_working_tenant_context() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let host_server = env.start_apiserver("host").await.unwrap();
     let tenant_server = env.start_apiserver("tenant").await.unwrap();
     host_server

@@ -189,7 +189,7 @@ fn cluster_ip(service: &Value) -> String {
 
 #[tokio::test]
 async fn dig_gets_the_tenants_records_and_never_another_tenants() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let server = env.start_apiserver("host").await.unwrap();
     let client = server.client().await.unwrap();
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": HOST_NS}})).unwrap();

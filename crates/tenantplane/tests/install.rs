@@ -97,7 +97,7 @@ async fn allowed_for(client: &Client, service_account: &str, attributes: Value) 
 
 #[tokio::test]
 async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_needs() {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     let client = server.client().await.unwrap();
     let mut crds = tenantplane_api::crds();

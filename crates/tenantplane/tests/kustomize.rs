@@ -70,7 +70,7 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
 
 #[tokio::test]
 async fn base_and_overlays_render_with_kustomize_and_the_server_accepts_them() {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     let mut crds = tenantplane_api::crds();
     crds.push(cert_manager_stand_in("Issuer", "issuers"));

@@ -46,7 +46,7 @@ fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
 
 #[tokio::test]
 async fn the_binary_serves_namespace_tenancy_with_its_admin_group() {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let mut options = ApiServerOptions::new("host");
     options.users.push(TestUser::new("mallory", &[]));
     options.users.push(TestUser::new("pat", &["platform"]));

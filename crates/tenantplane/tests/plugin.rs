@@ -93,7 +93,7 @@ fn completions_cover_every_subcommand_for_bash_zsh_and_fish() {
 
 #[tokio::test]
 async fn context_picks_the_kubeconfig_context_like_kubectl() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let server = env.start_apiserver("host").await.unwrap();
     server.install_crds(tenantplane_api::crds()).await.unwrap();
     let client = server.client().await.unwrap();

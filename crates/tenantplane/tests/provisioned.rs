@@ -107,7 +107,7 @@ async fn a_provisioned_k8s_control_plane_runs_as_a_pod_and_its_tenant_pods_run_o
         eprintln!("SKIPPED: {reason}");
         return;
     }
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let host_server = env.start_apiserver("host").await.unwrap();
     let host = host_server.client().await.unwrap();
     host_server

@@ -127,7 +127,7 @@ async fn two_tenants_in_one_namespace_reach_only_their_own_pods_by_their_own_nam
         eprintln!("SKIPPED: {reason}");
         return;
     }
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let mut host_options = ApiServerOptions::new("host");
     // The DNS servers use in-cluster config.
     host_options.service_account_admission = true;

@@ -28,7 +28,7 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
 
 #[tokio::test]
 async fn every_sample_applies_with_kubectl_in_any_order() {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let server = env.start_apiserver("host").await.expect("apiserver");
     server
         .install_crds(tenantplane_api::crds())

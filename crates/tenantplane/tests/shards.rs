@@ -326,7 +326,7 @@ async fn one_create_per_copy(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_divide_the_tenant_clusters_and_take_over_from_a_dead_one() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let host_server = env.start_apiserver("host").await.unwrap();
     host_server
         .install_crds(tenantplane_api::crds())

@@ -56,7 +56,7 @@ fn ago(minutes: i64) -> String {
 
 #[tokio::test]
 async fn status_shows_tenant_clusters_and_tenants_as_table_and_json() {
-    let env = TestEnv::start().await.unwrap();
+    let env = TestEnv::start_shared().await.unwrap();
     let server = env.start_apiserver("host").await.unwrap();
     server.install_crds(tenantplane_api::crds()).await.unwrap();
     let client = server.client().await.unwrap();

@@ -137,7 +137,7 @@ fn namespace(name: &str) -> Namespace {
 
 #[tokio::test]
 async fn a_webhook_outage_lets_admins_through_and_keeps_tenancy_closed() {
-    let env = TestEnv::start().await.expect("etcd");
+    let env = TestEnv::start_shared().await.expect("etcd");
     let mut options = ApiServerOptions::new("host");
     options.users.push(TestUser::new("alice", &[]));
     options.users.push(TestUser::new("mallory", &[]));

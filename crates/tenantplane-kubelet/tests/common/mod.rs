@@ -52,7 +52,7 @@ impl World {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let env = TestEnv::start().await.expect("etcd");
+        let env = TestEnv::start_shared().await.expect("etcd");
         let host_server = env.start_apiserver("host").await.expect("host");
         let client_cert = env
             .ca()
