@@ -30,7 +30,7 @@ use tenantplane_core::pods::status::FINALIZER;
 use tokio_util::sync::CancellationToken;
 
 use super::fields::string_list;
-use super::{Key, SyncContext, Work, typed_value, watch_backoff};
+use super::{Key, KindSyncer, SyncContext, Work, typed_value, watch_backoff};
 use crate::host_watches::Interest;
 use crate::queue::WorkQueue;
 
@@ -266,13 +266,14 @@ impl DependencyCaches {
             match event {
                 Ok(watcher::Event::InitApply(obj)) => {
                     if obj.metadata.deletion_timestamp.is_some()
-                        && let Some(key) = key_of(&obj)
+                        && let Some(key) = KindSyncer::key_of(&obj)
                     {
                         watches.finalize.add((kind, key));
                     }
                 }
                 Ok(watcher::Event::Apply(obj)) => {
-                    let (Some(key), Ok(value)) = (key_of(&obj), typed_value(&obj, &cache.resource))
+                    let (Some(key), Ok(value)) =
+                        (KindSyncer::key_of(&obj), typed_value(&obj, &cache.resource))
                     else {
                         continue;
                     };
@@ -285,7 +286,7 @@ impl DependencyCaches {
                     self.changed(watches, kind, key, Some(&value));
                 }
                 Ok(watcher::Event::Delete(obj)) => {
-                    if let Some(key) = key_of(&obj) {
+                    if let Some(key) = KindSyncer::key_of(&obj) {
                         self.changed(watches, kind, key, None);
                     }
                 }
@@ -334,11 +335,4 @@ impl DependencyCaches {
             }
         }
     }
-}
-
-fn key_of(object: &DynamicObject) -> Option<Key> {
-    Some((
-        object.metadata.namespace.clone()?,
-        object.metadata.name.clone()?,
-    ))
 }
