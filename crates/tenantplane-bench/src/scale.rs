@@ -66,6 +66,20 @@ fn watches(metrics: &str) -> u64 {
         .sum()
 }
 
+/// Every request in `counts` (reads and watches too), divided by `n`, largest
+/// first: "GET namespaces 2.00, ..." with the total first.
+fn describe_requests(counts: &RequestCounts, n: usize) -> String {
+    let mut all: Vec<(&(String, String), &u64)> = counts.by_verb_resource.iter().collect();
+    all.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let total: u64 = all.iter().map(|(_, c)| **c).sum();
+    let per = |c: u64| c as f64 / n.max(1) as f64;
+    let items: Vec<String> = all
+        .iter()
+        .map(|((verb, resource), c)| format!("{verb} {resource} {:.2}", per(**c)))
+        .collect();
+    format!("{:.2} in all: {}", per(total), items.join(", "))
+}
+
 /// How long no host write must be seen for the controller to count as settled.
 const QUIET_FOR: Duration = Duration::from_secs(5);
 
@@ -174,6 +188,10 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
 
     let watches_before = watches(&servers.host_server.metrics_text().await?);
     let counts_before = servers.host_server.request_counts().await?;
+    let tenant_before = servers.tenant_server.request_counts().await?;
+    let mut watched =
+        crate::procfs::Watched::new(servers.host_server.pid(), servers.tenant_server.pid());
+    let cpu_before = watched.cpu();
     let started = Instant::now();
     // Its log is kept after the run, to read what the controller did.
     let controller =
@@ -187,11 +205,13 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
     let pid = controller
         .pid()
         .context("the controller process has no PID")?;
+    watched.watch("controller process", pid);
 
     let copies: Api<ConfigMap> = Api::all(host.clone());
     let want = n * m;
     let deadline = Duration::from_secs(args.timeout_secs);
     let mut last_report = Instant::now();
+    let mut first_copy = None;
     let converged = loop {
         let have = copies
             .list_metadata(&ListParams::default().labels(MANAGED))
@@ -199,6 +219,9 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
             .context("list the host copies")?
             .items
             .len();
+        if have > 0 && first_copy.is_none() {
+            first_copy = Some(started.elapsed());
+        }
         if have >= want {
             break started.elapsed();
         }
@@ -218,6 +241,12 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     let rss = rss_kib(pid)?;
+    let cpu = crate::procfs::cpu_since(&cpu_before, &watched.cpu());
+    let tenant_requests = servers
+        .tenant_server
+        .request_counts()
+        .await?
+        .since(&tenant_before);
     let open = watches(&servers.host_server.metrics_text().await?).saturating_sub(watches_before);
     let counts = servers.host_server.request_counts().await?;
     let sync_writes = counts.since(&counts_before);
@@ -254,6 +283,19 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
         "  converged in {:.1} s; a plain client's {want} creates took {:.1} s: ratio {ratio:.2} (target <= 2.00)",
         secs(converged),
         secs(baseline)
+    );
+    println!(
+        "  first host copy after {:.1} s; CPU while converging: {}",
+        first_copy.map_or(f64::NAN, secs),
+        crate::describe_cpu(&cpu)
+    );
+    println!(
+        "  host requests while syncing, per TenantCluster: {}",
+        describe_requests(&sync_writes, n)
+    );
+    println!(
+        "  tenant requests while syncing, per TenantCluster: {}",
+        describe_requests(&tenant_requests, n)
     );
     println!(
         "  host watches opened by the controller: {open} (target <= 2 per synced kind + a constant; {:.1} per TenantCluster)",

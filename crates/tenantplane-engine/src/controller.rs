@@ -24,7 +24,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::discovery::pinned_kind;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tenantplane_api::{
@@ -46,7 +47,7 @@ use crate::decisions::{DecisionRoutes, MANAGER, RecorderConfig, TenantDecision, 
 use crate::deletion::{delete_exact, exactly};
 use crate::engine::{Engine, EngineSpec, KindState};
 use crate::host_watches::HostWatches;
-use crate::isolation::apply_isolation;
+use crate::isolation::apply_isolation_among;
 use crate::kind_sync::{PodSettings, release_pod_finalizers};
 use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER, TenantLabels};
 use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane_with};
@@ -115,6 +116,10 @@ pub struct ControllerConfig {
 
 struct RunningEngine {
     fingerprint: String,
+    /// What the engine's tenant client was built from (see `resolve`): while it
+    /// is the same, reconciles reuse that client and its connections rather than
+    /// building one, and handshaking, each time.
+    client_key: String,
     engine: Engine,
     recorder: tokio::task::JoinHandle<()>,
     endpoint: String,
@@ -133,6 +138,96 @@ struct Context {
     gates: Option<Arc<ShardGates>>,
     /// One host watch per synced kind, shared by every engine of this process.
     host_watches: HostWatches,
+    /// The controller's caches (filled by the watches that trigger reconciles):
+    /// read instead of the host on every reconcile. A miss falls back to a GET.
+    caches: Caches,
+    /// TenantClusters (uid, generation) with an external control plane whose
+    /// provisioned leftovers were found gone: nothing provisions for them until
+    /// their spec changes, so the cleanup's reads are not repeated every reconcile.
+    external_cleaned: std::sync::Mutex<BTreeSet<(String, i64)>>,
+}
+
+/// What the controller watches anyway, kept.
+#[derive(Clone)]
+struct Caches {
+    tenant_clusters: Store<TenantCluster>,
+    policies: Store<SyncPolicy>,
+    profiles: Store<IsolationProfile>,
+}
+
+impl Caches {
+    async fn profile(
+        &self,
+        host: &Client,
+        name: &str,
+    ) -> Result<Option<Arc<IsolationProfile>>, kube::Error> {
+        match self.profiles.get(&ObjectRef::new(name)) {
+            Some(profile) => Ok(Some(profile)),
+            None => Ok(Api::<IsolationProfile>::all(host.clone())
+                .get_opt(name)
+                .await?
+                .map(Arc::new)),
+        }
+    }
+
+    async fn policy(
+        &self,
+        host: &Client,
+        name: &str,
+    ) -> Result<Option<Arc<SyncPolicy>>, kube::Error> {
+        match self.policies.get(&ObjectRef::new(name)) {
+            Some(policy) => Ok(Some(policy)),
+            None => Ok(Api::<SyncPolicy>::all(host.clone())
+                .get_opt(name)
+                .await?
+                .map(Arc::new)),
+        }
+    }
+
+    /// The Pod Security levels of the other live TenantClusters of `tc`'s
+    /// namespace (see `isolation::namespace_pod_security`), from the caches.
+    async fn peer_levels(
+        &self,
+        host: &Client,
+        tc: &TenantCluster,
+    ) -> Result<Vec<tenantplane_api::PodSecurityLevel>, kube::Error> {
+        let (namespace, name) = (tc.namespace(), tc.name_any());
+        let peers = self.tenant_clusters.state_filter(|other| {
+            other.namespace() == namespace
+                && other.name_any() != name
+                && other.metadata.deletion_timestamp.is_none()
+        });
+        let mut levels = Vec::with_capacity(peers.len());
+        for peer in peers {
+            if let Some(profile) = self
+                .profile(host, &peer.spec.isolation_profile_ref.name)
+                .await?
+            {
+                levels.push(profile.spec.effective_controls().pod_security);
+            }
+        }
+        Ok(levels)
+    }
+}
+
+/// What of a TenantCluster a reconcile is triggered by: everything but its
+/// status (which only this controller writes, and whose every write would
+/// otherwise be followed by a reconcile that finds nothing new; the requeue
+/// each reconcile asks for still comes).
+fn reconcile_trigger(tc: &TenantCluster) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = &tc.metadata;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        &meta.uid,
+        meta.generation,
+        &meta.finalizers,
+        meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
+        &meta.labels,
+        &meta.annotations,
+    )
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 impl Context {
@@ -199,12 +294,21 @@ pub async fn run_with_routes(
     let gates = shard_config
         .as_ref()
         .map(|c| Arc::new(ShardGates::new(c.shards)));
+    let (tc_store, tc_writer) = reflector::store();
+    let (policies, policy_writer) = reflector::store();
+    let (profiles, profile_writer) = reflector::store();
     let ctx = Arc::new(Context {
         config,
         routes,
         engines: std::sync::Mutex::new(HashMap::new()),
         gates: gates.clone(),
         host_watches: HostWatches::new(host.clone()),
+        caches: Caches {
+            tenant_clusters: tc_store.clone(),
+            policies,
+            profiles,
+        },
+        external_cleaned: std::sync::Mutex::new(BTreeSet::new()),
     });
     // ResourcePools are independent of TenantClusters: their own loop, same lifetime.
     let pools = shard_config.is_none().then(|| {
@@ -235,38 +339,49 @@ pub async fn run_with_routes(
             },
         ))
     });
-    let controller = Controller::new(tcs, watcher::Config::default());
+    let triggers = reflector::reflector(tc_writer, watcher(tcs, watcher::Config::default()))
+        .applied_objects()
+        .predicate_filter(reconcile_trigger, Default::default());
+    let controller = Controller::for_stream(triggers, tc_store);
     let store = controller.store();
     let by_policy = store.clone();
     let by_profile = store;
     let graceful = shutdown.clone();
-    controller
-        .watches(
+    let policy_events = reflector::reflector(
+        policy_writer,
+        watcher(
             Api::<SyncPolicy>::all(host.clone()),
             watcher::Config::default(),
-            move |policy| {
-                let name = policy.name_any();
-                by_policy
-                    .state()
-                    .into_iter()
-                    .filter(|tc| tc.spec.sync_policy_ref.name == name)
-                    .map(|tc| kube::runtime::reflector::ObjectRef::from_obj(&*tc))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .watches(
+        ),
+    )
+    .touched_objects();
+    let profile_events = reflector::reflector(
+        profile_writer,
+        watcher(
             Api::<IsolationProfile>::all(host),
             watcher::Config::default(),
-            move |profile| {
-                let name = profile.name_any();
-                by_profile
-                    .state()
-                    .into_iter()
-                    .filter(|tc| tc.spec.isolation_profile_ref.name == name)
-                    .map(|tc| kube::runtime::reflector::ObjectRef::from_obj(&*tc))
-                    .collect::<Vec<_>>()
-            },
-        )
+        ),
+    )
+    .touched_objects();
+    controller
+        .watches_stream(policy_events, move |policy| {
+            let name = policy.name_any();
+            by_policy
+                .state()
+                .into_iter()
+                .filter(|tc| tc.spec.sync_policy_ref.name == name)
+                .map(|tc| kube::runtime::reflector::ObjectRef::from_obj(&*tc))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(profile_events, move |profile| {
+            let name = profile.name_any();
+            by_profile
+                .state()
+                .into_iter()
+                .filter(|tc| tc.spec.isolation_profile_ref.name == name)
+                .map(|tc| kube::runtime::reflector::ObjectRef::from_obj(&*tc))
+                .collect::<Vec<_>>()
+        })
         .reconcile_all_on(shard_taken)
         .graceful_shutdown_on(async move { graceful.cancelled().await })
         .run(reconcile, error_policy, Arc::clone(&ctx))
@@ -349,8 +464,15 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
     let name = tc.name_any();
     let host = &ctx.config.host;
     let key = (namespace.clone(), name.clone());
-    let Resolution { isolation, outcome } =
-        resolve(tc, &namespace, host, &ctx.config.service_cidr).await?;
+    let slot = ctx.slot(&key);
+    // The running engine's tenant client, to be reused if nothing it was built
+    // from changed (the slot's lock is held only by this TenantCluster's work).
+    let running_client = slot
+        .lock()
+        .await
+        .as_ref()
+        .map(|r| (r.client_key.clone(), r.engine.tenant.clone()));
+    let Resolution { isolation, outcome } = resolve(tc, &namespace, ctx, running_client).await?;
     // The tenant's DNS server, once its namespace's boundary is in place. Its host
     // Pods wait for the DNS Service's IP, so a failure here shows as their Skips.
     if let (Some(dns), Ok(_)) = (&ctx.config.dns, &outcome)
@@ -358,7 +480,6 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
     {
         tracing::warn!(tenant = %name, namespace = %namespace, %error, "tenant DNS not applied");
     }
-    let slot = ctx.slot(&key);
     let mut engine_slot = slot.lock().await;
     let observation = match outcome {
         Err(blocker) => {
@@ -461,6 +582,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                 tracing::info!(tenant = %name, namespace = %namespace, kinds = engine.kinds.len(), "sync engine started");
                 *engine_slot = Some(RunningEngine {
                     fingerprint,
+                    client_key: resolved.client_key.clone(),
                     engine,
                     recorder,
                     endpoint: resolved.endpoint.clone(),
@@ -551,5 +673,67 @@ fn node_caps(spec: &tenantplane_api::TenantClusterSpec) -> tenantplane_core::pod
             memory: resources.memory.as_ref().map(|q| q.0.clone()),
         },
         _ => tenantplane_core::pods::NodeCaps::default(),
+    }
+}
+
+#[cfg(test)]
+mod trigger_tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn tenant_cluster() -> TenantCluster {
+        let mut tc: TenantCluster = serde_json::from_value(json!({
+            "apiVersion": "tenantplane.io/v1alpha1", "kind": "TenantCluster",
+            "metadata": {"name": "tc", "namespace": "team", "uid": "u-1", "generation": 1},
+            "spec": {"isolationProfileRef": {"name": "p"}, "syncPolicyRef": {"name": "s"},
+                     "controlPlane": {"external": {"kubeconfigSecretRef": {"name": "k"}}}}
+        }))
+        .unwrap();
+        tc.status = Some(TenantClusterStatus::default());
+        tc
+    }
+
+    #[test]
+    fn a_status_write_alone_triggers_no_reconcile() {
+        let tc = tenant_cluster();
+        let mut written = tc.clone();
+        written.metadata.resource_version = Some("2".into());
+        written.status = Some(TenantClusterStatus {
+            observed_generation: Some(1),
+            ..TenantClusterStatus::default()
+        });
+        assert_eq!(reconcile_trigger(&tc), reconcile_trigger(&written));
+    }
+
+    #[test]
+    fn spec_finalizers_deletion_labels_and_identity_trigger_a_reconcile() {
+        let tc = tenant_cluster();
+        let mut changes = Vec::new();
+        let mut spec = tc.clone();
+        spec.metadata.generation = Some(2);
+        changes.push(spec);
+        let mut finalizers = tc.clone();
+        finalizers.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        changes.push(finalizers);
+        let mut deleted = tc.clone();
+        deleted.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        changes.push(deleted);
+        let mut labels = tc.clone();
+        labels.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
+        changes.push(labels);
+        let mut annotations = tc.clone();
+        annotations.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());
+        changes.push(annotations);
+        let mut recreated = tc.clone();
+        recreated.metadata.uid = Some("u-2".into());
+        changes.push(recreated);
+        for changed in changes {
+            assert_ne!(
+                reconcile_trigger(&tc),
+                reconcile_trigger(&changed),
+                "{:?}",
+                changed.metadata
+            );
+        }
     }
 }

@@ -155,6 +155,18 @@ pub async fn apply_isolation(
     tc: &TenantCluster,
     profile: &IsolationProfile,
 ) -> Result<IsolationOutcome, IsolationApplyError> {
+    apply_isolation_among(host, tc, profile, None).await
+}
+
+/// [`apply_isolation`], given the Pod Security levels of the other live
+/// TenantClusters of the namespace when the caller knows them (the controller,
+/// from its caches): `None` lists them from the host.
+pub async fn apply_isolation_among(
+    host: &Client,
+    tc: &TenantCluster,
+    profile: &IsolationProfile,
+    peers: Option<&[PodSecurityLevel]>,
+) -> Result<IsolationOutcome, IsolationApplyError> {
     let compiled = compile_for(tc, &profile.spec)?;
     let namespace = tc
         .namespace()
@@ -176,13 +188,11 @@ pub async fn apply_isolation(
         .labels
         .clone()
         .unwrap_or_default();
-    let level = namespace_pod_security(
-        host,
-        &namespace,
-        &tenant,
-        profile.spec.effective_controls().pod_security,
-    )
-    .await?;
+    let own = profile.spec.effective_controls().pod_security;
+    let level = match peers {
+        Some(peers) => strictest(own, peers.iter().copied()),
+        None => namespace_pod_security(host, &namespace, &tenant, own).await?,
+    };
     let desired_labels: BTreeMap<String, String> = desired_labels
         .into_iter()
         .map(|(key, value)| {
@@ -286,6 +296,20 @@ fn strictness(level: PodSecurityLevel) -> u8 {
         PodSecurityLevel::Baseline => 2,
         PodSecurityLevel::Privileged => 1,
     }
+}
+
+/// The strictest of `own` and `others`.
+pub fn strictest(
+    own: PodSecurityLevel,
+    others: impl IntoIterator<Item = PodSecurityLevel>,
+) -> PodSecurityLevel {
+    others.into_iter().fold(own, |level, theirs| {
+        if strictness(theirs) > strictness(level) {
+            theirs
+        } else {
+            level
+        }
+    })
 }
 
 /// The Pod Security level a namespace needs: the strictest among the profiles of
@@ -425,6 +449,15 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_strictest_level_of_the_namespace_wins() {
+        use PodSecurityLevel::{Baseline, Privileged, Restricted};
+        assert_eq!(strictest(Privileged, []), Privileged);
+        assert_eq!(strictest(Privileged, [Baseline, Privileged]), Baseline);
+        assert_eq!(strictest(Baseline, [Restricted, Privileged]), Restricted);
+        assert_eq!(strictest(Restricted, [Privileged]), Restricted);
+    }
 
     fn outcome(actions: &[(&'static str, &str, ObjectAction)]) -> IsolationOutcome {
         let objects: Vec<ObjectResult> = actions

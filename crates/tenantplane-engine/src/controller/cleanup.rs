@@ -29,6 +29,12 @@ pub(super) async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action,
             }
         }
     }
+    if let Some(uid) = tc.uid() {
+        ctx.external_cleaned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(cleaned, _)| *cleaned != uid);
+    }
     let host = &ctx.config.host;
     let mut kinds: BTreeSet<(String, String)> = tc
         .status

@@ -4,14 +4,16 @@
 use super::*;
 
 pub(super) struct Resolved {
-    pub(super) policy: SyncPolicy,
-    pub(super) profile: IsolationProfile,
+    pub(super) policy: Arc<SyncPolicy>,
+    pub(super) profile: Arc<IsolationProfile>,
     pub(super) tenant: Client,
     pub(super) endpoint: String,
     pub(super) external_endpoint: Option<String>,
     /// The tenant client is the syncer's own identity (a provisioned control plane).
     pub(super) syncer_identity: bool,
     pub(super) secret_version: String,
+    /// What `tenant` was built from, as a digest (see [`client_key`]).
+    pub(super) client_key: String,
 }
 
 /// What [`resolve`] uses of a provisioned control plane's Ready state.
@@ -29,19 +31,23 @@ pub(super) struct Resolution {
     pub(super) outcome: Result<Resolved, Blocker>,
 }
 
+/// `running_client`: the running engine's tenant client and its [`client_key`],
+/// reused when the kubeconfig and the address are unchanged.
 pub(super) async fn resolve(
     tc: &TenantCluster,
     namespace: &str,
-    host: &Client,
-    service_cidr: &str,
+    ctx: &Context,
+    running_client: Option<(String, Client)>,
 ) -> Result<Resolution, ReconcileError> {
+    let host = &ctx.config.host;
+    let service_cidr = ctx.config.service_cidr.as_str();
     let blocked = |isolation: Option<IsolationVerdict>, blocker: Blocker| Resolution {
         isolation,
         outcome: Err(blocker),
     };
-    let profiles: Api<IsolationProfile> = Api::all(host.clone());
-    let Some(profile) = profiles
-        .get_opt(&tc.spec.isolation_profile_ref.name)
+    let Some(profile) = ctx
+        .caches
+        .profile(host, &tc.spec.isolation_profile_ref.name)
         .await?
     else {
         let message = format!(
@@ -58,7 +64,8 @@ pub(super) async fn resolve(
             Blocker::new("IsolationProfileNotFound", message),
         ));
     };
-    let isolation = match apply_isolation(host, tc, &profile).await {
+    let peers = ctx.caches.peer_levels(host, tc).await?;
+    let isolation = match apply_isolation_among(host, tc, &profile, Some(&peers)).await {
         Ok(outcome) => IsolationVerdict {
             applied: outcome.is_applied(),
             reason: outcome.reason(),
@@ -76,8 +83,11 @@ pub(super) async fn resolve(
         return Ok(blocked(Some(isolation), blocker));
     }
     let isolation = Some(isolation);
-    let policies: Api<SyncPolicy> = Api::all(host.clone());
-    let Some(policy) = policies.get_opt(&tc.spec.sync_policy_ref.name).await? else {
+    let Some(policy) = ctx
+        .caches
+        .policy(host, &tc.spec.sync_policy_ref.name)
+        .await?
+    else {
         let message = format!(
             "SyncPolicy {:?} does not exist: create it or change spec.syncPolicyRef",
             tc.spec.sync_policy_ref.name
@@ -87,7 +97,7 @@ pub(super) async fn resolve(
             Blocker::new("SyncPolicyNotFound", message),
         ));
     };
-    let (secret_ref, provisioned) = match ensure_control_plane_with(host, tc, service_cidr).await? {
+    let (secret_ref, provisioned) = match ensure_control_plane(ctx, tc, service_cidr).await? {
         ControlPlaneState::External { kubeconfig_secret } => (kubeconfig_secret, None),
         ControlPlaneState::Ready {
             kubeconfig_secret,
@@ -174,9 +184,17 @@ pub(super) async fn resolve(
     }
     let syncer_identity = syncer_token.is_some();
     let config_url = config.cluster_url.to_string();
-    let tenant = match Client::try_from(config) {
-        Ok(c) => c,
-        Err(e) => return Ok(invalid(e.to_string())),
+    let key = client_key(
+        &bytes.0,
+        provisioned.as_ref().and_then(|p| p.service_url.as_deref()),
+        syncer_token.map(|t| t.expose()),
+    );
+    let tenant = match running_client {
+        Some((running_key, client)) if running_key == key => client,
+        _ => match Client::try_from(config) {
+            Ok(c) => c,
+            Err(e) => return Ok(invalid(e.to_string())),
+        },
     };
     let unreachable = match tokio::time::timeout(TENANT_TIMEOUT, tenant.apiserver_version()).await {
         Ok(Ok(_)) => None,
@@ -204,8 +222,59 @@ pub(super) async fn resolve(
             external_endpoint,
             syncer_identity,
             secret_version: secret.resource_version().unwrap_or_default(),
+            client_key: key,
         }),
     })
+}
+
+/// A digest of what a tenant client is built from: the kubeconfig, the Service
+/// address it is dialled at, the syncer's token. Kept in memory only, never
+/// logged (it is derived from credentials).
+fn client_key(kubeconfig: &[u8], service_url: Option<&str>, token: Option<&str>) -> String {
+    use base64::Engine as _;
+    digest(&json!({
+        "kubeconfig": base64::engine::general_purpose::STANDARD.encode(kubeconfig),
+        "serviceUrl": service_url,
+        "token": token,
+    }))
+}
+
+/// [`ensure_control_plane_with`], skipping the cleanup of an external control
+/// plane's provisioned leftovers once one found none for this generation: only a
+/// spec change (a new generation) makes this controller provision again.
+async fn ensure_control_plane(
+    ctx: &Context,
+    tc: &TenantCluster,
+    service_cidr: &str,
+) -> Result<ControlPlaneState, ReconcileError> {
+    let memo = tc.uid().zip(tc.metadata.generation);
+    if let (Some(external), Some(memo)) = (&tc.spec.control_plane.external, &memo) {
+        let cleaned = ctx
+            .external_cleaned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(memo);
+        if cleaned {
+            return Ok(ControlPlaneState::External {
+                kubeconfig_secret: external.kubeconfig_secret_ref.clone(),
+            });
+        }
+        // Switched from provisioned to external: remove what was provisioned.
+        let outcome = cleanup_control_plane(&ctx.config.host, tc).await?;
+        if outcome.deleted.is_empty() && !outcome.namespace_deleted {
+            let mut cleaned = ctx
+                .external_cleaned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Earlier generations of the same TenantCluster are not asked again.
+            cleaned.retain(|(uid, _)| *uid != memo.0);
+            cleaned.insert(memo.clone());
+        }
+        return Ok(ControlPlaneState::External {
+            kubeconfig_secret: external.kubeconfig_secret_ref.clone(),
+        });
+    }
+    Ok(ensure_control_plane_with(&ctx.config.host, tc, service_cidr).await?)
 }
 
 /// Why a kubeconfig does not parse, without the parser's message: it quotes the
@@ -227,6 +296,25 @@ pub(super) fn yaml_failure(err: &KubeconfigError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tenant_client_is_reused_only_for_the_same_kubeconfig_address_and_token() {
+        let key = client_key(b"kubeconfig-a", None, None);
+        assert_eq!(key, client_key(b"kubeconfig-a", None, None));
+        for other in [
+            client_key(b"kubeconfig-b", None, None),
+            client_key(b"kubeconfig-a", Some("https://10.0.0.1:443"), None),
+            client_key(b"kubeconfig-a", None, Some("token-1")),
+        ] {
+            assert_ne!(key, other);
+        }
+        assert_ne!(
+            client_key(b"kubeconfig-a", None, Some("token-1")),
+            client_key(b"kubeconfig-a", None, Some("token-2"))
+        );
+        // A digest, never the credential itself.
+        assert!(!client_key(b"kubeconfig-a", None, Some("token-7f3a9c")).contains("7f3a9c"));
+    }
 
     #[test]
     fn a_kubeconfig_that_does_not_parse_is_not_quoted() {
