@@ -64,6 +64,17 @@ pub enum IsolationApplyError {
     },
 }
 
+impl IsolationApplyError {
+    /// The host's error when it did not answer (see `unanswered`): not a verdict
+    /// on the boundary, so the caller retries rather than blocking the tenant.
+    pub fn into_unanswered(self) -> Result<kube::Error, Self> {
+        match self {
+            Self::Host { source, .. } if crate::unanswered::did_not_answer(&source) => Ok(*source),
+            other => Err(other),
+        }
+    }
+}
+
 /// One object of the boundary and what the apply did to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectResult {

@@ -24,4 +24,5 @@ pub mod shards;
 pub mod store_ready;
 pub mod tenancy;
 pub mod tenant_dns;
+mod unanswered;
 pub mod write_limit;

@@ -71,10 +71,16 @@ pub(super) async fn resolve(
             reason: outcome.reason(),
             message: outcome.summary(),
         },
-        Err(err) => IsolationVerdict {
-            applied: false,
-            reason: "IsolationNotApplied",
-            message: err.to_string(),
+        Err(err) => match err.into_unanswered() {
+            // The host did not answer: an error to retry, as a failed read is. A
+            // blocker would stop the running engine, and with it the release of
+            // tenant objects held by finalizers while the host is down.
+            Ok(unanswered) => return Err(ReconcileError::Host(unanswered)),
+            Err(err) => IsolationVerdict {
+                applied: false,
+                reason: "IsolationNotApplied",
+                message: err.to_string(),
+            },
         },
     };
     if !isolation.applied {

@@ -58,10 +58,7 @@ impl HostOutages {
 /// for it count towards the bound.
 pub(super) fn is_unreachable(err: &SyncError) -> bool {
     match err {
-        SyncError::Api { source, .. } => match source {
-            kube::Error::Api(status) => status.code >= 500,
-            _ => true,
-        },
+        SyncError::Api { source, .. } => crate::unanswered::did_not_answer(source),
         SyncError::Decode(_) => false,
     }
 }
