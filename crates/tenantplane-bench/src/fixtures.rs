@@ -235,6 +235,7 @@ pub(crate) async fn wait_synced(host: &Client, deadline: Duration) -> Result<()>
 /// A host ConfigMap of the tenant as seen by the benchmark's watch: its name, its
 /// `rev` value and when the event arrived.
 pub(crate) struct Seen {
+    pub(crate) namespace: String,
     pub(crate) name: String,
     pub(crate) rev: Option<String>,
     pub(crate) at: Instant,
@@ -245,7 +246,12 @@ pub(crate) async fn watch_host_copies(
     host: &Client,
 ) -> Result<(mpsc::UnboundedReceiver<Seen>, tokio::task::AbortHandle)> {
     let group_kind = GroupKind::from_api_version("v1", "ConfigMap")?;
-    watch_configmaps(host, HOST_NS, Some(host_selector(TENANT, &group_kind))).await
+    watch_configmaps(
+        host,
+        Some(HOST_NS),
+        Some(host_selector(TENANT, &group_kind)),
+    )
+    .await
 }
 
 /// Times creating `names` in `namespace` the way the sync is timed: from the first
@@ -259,7 +265,7 @@ pub(crate) async fn timed_baseline(
     workers: usize,
 ) -> Result<Duration> {
     let objects = host_copies(namespace, names, payload)?;
-    let (mut seen_rx, watch) = watch_configmaps(client, namespace, None).await?;
+    let (mut seen_rx, watch) = watch_configmaps(client, Some(namespace), None).await?;
     let start = Instant::now();
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -310,7 +316,17 @@ pub(crate) fn host_copies(
     names: &[String],
     payload: &str,
 ) -> Result<Vec<DynamicObject>> {
-    let target = TenantTarget::new(TENANT, namespace).context("the baseline's target")?;
+    host_copies_of(TENANT, namespace, names, payload)
+}
+
+/// [`host_copies`] for the tenant named `tenant`.
+pub(crate) fn host_copies_of(
+    tenant: &str,
+    namespace: &str,
+    names: &[String],
+    payload: &str,
+) -> Result<Vec<DynamicObject>> {
+    let target = TenantTarget::new(tenant, namespace).context("the baseline's target")?;
     let group_kind = GroupKind::new("", "ConfigMap");
     names
         .iter()
@@ -330,14 +346,17 @@ pub(crate) fn host_copies(
         .collect()
 }
 
-/// Watches ConfigMaps in `namespace` (optionally by label); returns once the
-/// initial list is done.
+/// Watches ConfigMaps in `namespace` (every namespace for `None`; optionally by
+/// label); returns once the initial list is done.
 pub(crate) async fn watch_configmaps(
     host: &Client,
-    namespace: &str,
+    namespace: Option<&str>,
     labels: Option<String>,
 ) -> Result<(mpsc::UnboundedReceiver<Seen>, tokio::task::AbortHandle)> {
-    let api: Api<ConfigMap> = Api::namespaced(host.clone(), namespace);
+    let api: Api<ConfigMap> = match namespace {
+        Some(namespace) => Api::namespaced(host.clone(), namespace),
+        None => Api::all(host.clone()),
+    };
     let config = match &labels {
         Some(selector) => watcher::Config::default().labels(selector),
         None => watcher::Config::default(),
@@ -353,7 +372,16 @@ pub(crate) async fn watch_configmaps(
                 Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
                     let rev = cm.data.as_ref().and_then(|d| d.get("rev").cloned());
                     let name = cm.metadata().name.clone().unwrap_or_default();
-                    if tx.send(Seen { name, rev, at }).is_err() {
+                    let namespace = cm.metadata().namespace.clone().unwrap_or_default();
+                    if tx
+                        .send(Seen {
+                            namespace,
+                            name,
+                            rev,
+                            at,
+                        })
+                        .is_err()
+                    {
                         return;
                     }
                 }

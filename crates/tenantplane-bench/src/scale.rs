@@ -8,21 +8,25 @@
 //! the convergence (Events, SyncDecisions) take to settle, and then the writes of
 //! an idle period.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use futures::TryStreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{ApiResource, DynamicObject, ObjectMeta, PostParams};
 use serde_json::json;
+use tenantplane_engine::decisions::MANAGER;
 use tenantplane_testenv::RequestCounts;
+use tokio::sync::mpsc;
 
 use crate::controller::ControllerProcess;
 use crate::{
-    TENANT_NS, create_all, create_json, create_namespace, create_unthrottled_profile,
-    describe_writes, mib, progress, secs, start_servers,
+    Seen, TENANT_NS, create_all, create_json, create_namespace, create_unthrottled_profile,
+    describe_writes, host_copies_of, mib, progress, secs, start_servers, watch_configmaps,
 };
 
 #[derive(clap::Args, Clone)]
@@ -48,7 +52,10 @@ pub struct ScaleArgs {
 }
 
 const SCALE_PREFIX: &str = "scale";
-const BASELINE_NS: &str = "scale-baseline";
+/// The baseline's namespaces: `scale-base-<i>` beside each TenantCluster's `scale-<i>`.
+const BASELINE_PREFIX: &str = "scale-base";
+/// The tenant ConfigMaps' payload, and so the copies'.
+const PAYLOAD: &str = "x";
 const MANAGED: &str = "app.kubernetes.io/managed-by=tenantplane";
 
 /// `VmRSS` of a process, in KiB.
@@ -110,6 +117,105 @@ async fn settle(
     }
 }
 
+/// When an observing watch saw the first and the last of the objects it waited for.
+struct SeenSpan {
+    first: Instant,
+    last: Instant,
+}
+
+/// Reads the watch until `want` distinct objects matching `counted` have been seen
+/// (reporting progress every 10 s), or fails after `deadline` from `started`.
+async fn until_seen(
+    seen_rx: &mut mpsc::UnboundedReceiver<Seen>,
+    counted: impl Fn(&Seen) -> bool,
+    want: usize,
+    started: Instant,
+    deadline: Duration,
+) -> Result<SeenSpan> {
+    let mut keys: HashSet<(String, String)> = HashSet::with_capacity(want);
+    let mut span: Option<SeenSpan> = None;
+    let mut last_report = Instant::now();
+    while keys.len() < want {
+        let remaining = deadline.saturating_sub(started.elapsed());
+        let next = tokio::time::timeout(remaining.min(Duration::from_secs(10)), seen_rx.recv());
+        match next.await {
+            Ok(Some(copy)) => {
+                if counted(&copy) && keys.insert((copy.namespace, copy.name)) {
+                    let at = copy.at;
+                    span = Some(match span {
+                        Some(SeenSpan { first, .. }) => SeenSpan { first, last: at },
+                        None => SeenSpan {
+                            first: at,
+                            last: at,
+                        },
+                    });
+                }
+            }
+            Ok(None) => bail!("the observing watch ended after {} of {want}", keys.len()),
+            Err(_) if started.elapsed() >= deadline => {
+                bail!(
+                    "only {} of {want} host copies after {deadline:?}",
+                    keys.len()
+                )
+            }
+            Err(_) => {}
+        }
+        if last_report.elapsed() > Duration::from_secs(10) {
+            progress(&format!(
+                "{} of {want} host copies after {:.0} s",
+                keys.len(),
+                secs(started.elapsed())
+            ));
+            last_report = Instant::now();
+        }
+    }
+    span.context("nothing to wait for")
+}
+
+/// Times a plain client making exactly the engine's writes (`copies`, built by the
+/// engine's transform), from the first create until a host watch has seen every
+/// one, as the sync is timed.
+async fn timed_same_writes(
+    host: &kube::Client,
+    copies: &[DynamicObject],
+    workers: usize,
+) -> Result<Duration> {
+    let (mut seen_rx, observing) = watch_configmaps(host, None, Some(MANAGED.into())).await?;
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    let started = Instant::now();
+    futures::stream::iter(copies.iter().map(Ok::<_, anyhow::Error>))
+        .try_for_each_concurrent(workers.max(1), |copy| {
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                host.clone(),
+                copy.metadata.namespace.as_deref().unwrap_or_default(),
+                &resource,
+            );
+            async move {
+                // The engine's field manager too, so managedFields match.
+                let params = PostParams {
+                    field_manager: Some(MANAGER.into()),
+                    ..PostParams::default()
+                };
+                api.create(&params, copy)
+                    .await
+                    .with_context(|| format!("create ConfigMap {:?}", copy.metadata.name))?;
+                Ok(())
+            }
+        })
+        .await?;
+    let seen = until_seen(
+        &mut seen_rx,
+        |_| true,
+        copies.len(),
+        started,
+        Duration::from_secs(600),
+    )
+    .await
+    .context("the baseline")?;
+    observing.abort();
+    Ok(seen.last.duration_since(started))
+}
+
 pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
     if !args.controller.exists() {
         bail!(
@@ -118,14 +224,14 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
         );
     }
     let (n, m) = (args.tenant_clusters.max(1), args.objects.max(1));
-    let servers = start_servers(&[BASELINE_NS]).await?;
+    let servers = start_servers(&[]).await?;
     let (host, tenant) = (&servers.host, &servers.tenant);
     progress(&format!("creating {m} tenant ConfigMaps"));
     let names: Vec<String> = (0..m).map(|i| format!("cm-{i}")).collect();
     create_all(
         &Api::<ConfigMap>::namespaced(tenant.clone(), TENANT_NS),
         &names,
-        "x",
+        PAYLOAD,
         args.workers,
     )
     .await?;
@@ -142,9 +248,21 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
     )
     .await?;
     let kubeconfig = servers.tenant_server.kubeconfig_yaml("admin")?;
+    let mut baseline_copies = Vec::with_capacity(n * m);
+    let mut sync_namespaces = HashSet::with_capacity(n);
     for i in 0..n {
         let namespace = format!("{SCALE_PREFIX}-{i}");
         create_namespace(host, &namespace).await?;
+        // The baseline's namespace for this TenantCluster's copies, so the plain
+        // client pays the same per-namespace costs as the engine does.
+        let baseline_namespace = format!("{BASELINE_PREFIX}-{i}");
+        create_namespace(host, &baseline_namespace).await?;
+        baseline_copies.extend(host_copies_of(
+            &format!("tc-{i}"),
+            &baseline_namespace,
+            &names,
+            PAYLOAD,
+        )?);
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some("kubeconfig".into()),
@@ -171,21 +289,17 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
                             "controlPlane": {"external": {"kubeconfigSecretRef": {"name": "kubeconfig"}}}}}),
         )
         .await?;
+        sync_namespaces.insert(namespace);
     }
 
     progress(&format!(
-        "baseline: a plain client creates {} ConfigMaps",
+        "baseline: a plain client makes the engine's {} creates, in {n} namespaces",
         n * m
     ));
-    let baseline_names: Vec<String> = (0..n * m).map(|i| format!("base-{i}")).collect();
-    let baseline = create_all(
-        &Api::<ConfigMap>::namespaced(host.clone(), BASELINE_NS),
-        &baseline_names,
-        "x",
-        args.workers,
-    )
-    .await?;
+    let baseline = timed_same_writes(host, &baseline_copies, args.workers).await?;
 
+    // The sync is observed the way the baseline was: one watch, opened before.
+    let (mut seen_rx, observing) = watch_configmaps(host, None, Some(MANAGED.into())).await?;
     let watches_before = watches(&servers.host_server.metrics_text().await?);
     let counts_before = servers.host_server.request_counts().await?;
     let tenant_before = servers.tenant_server.request_counts().await?;
@@ -207,39 +321,22 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
         .context("the controller process has no PID")?;
     watched.watch("controller process", pid);
 
-    let copies: Api<ConfigMap> = Api::all(host.clone());
     let want = n * m;
     let deadline = Duration::from_secs(args.timeout_secs);
-    let mut last_report = Instant::now();
-    let mut first_copy = None;
-    let converged = loop {
-        let have = copies
-            .list_metadata(&ListParams::default().labels(MANAGED))
-            .await
-            .context("list the host copies")?
-            .items
-            .len();
-        if have > 0 && first_copy.is_none() {
-            first_copy = Some(started.elapsed());
-        }
-        if have >= want {
-            break started.elapsed();
-        }
-        if started.elapsed() > deadline {
-            bail!(
-                "only {have} of {want} host copies after {deadline:?}; see {}",
-                log.display()
-            );
-        }
-        if last_report.elapsed() > Duration::from_secs(10) {
-            progress(&format!(
-                "{have} of {want} host copies after {:.0} s",
-                secs(started.elapsed())
-            ));
-            last_report = Instant::now();
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let seen = until_seen(
+        &mut seen_rx,
+        |copy| sync_namespaces.contains(&copy.namespace),
+        want,
+        started,
+        deadline,
+    )
+    .await
+    .with_context(|| format!("see {}", log.display()))?;
+    observing.abort();
+    let (first_copy, converged) = (
+        seen.first.duration_since(started),
+        seen.last.duration_since(started),
+    );
     let rss = rss_kib(pid)?;
     let cpu = crate::procfs::cpu_since(&cpu_before, &watched.cpu());
     let tenant_requests = servers
@@ -286,7 +383,7 @@ pub async fn scale_benchmark(args: ScaleArgs) -> Result<()> {
     );
     println!(
         "  first host copy after {:.1} s; CPU while converging: {}",
-        first_copy.map_or(f64::NAN, secs),
+        secs(first_copy),
         crate::describe_cpu(&cpu)
     );
     println!(
