@@ -353,8 +353,11 @@ async fn run(
     config: watcher::Config,
     resource: String,
 ) {
+    // Without managedFields: the hub and every subscriber's store hold each object,
+    // and nothing reads them.
     let mut stream = watcher::watcher(api, config)
         .backoff(crate::kind_sync::watch_backoff())
+        .modify(crate::kind_sync::drop_managed_fields)
         .boxed();
     while let Some(event) = stream.next().await {
         match event {

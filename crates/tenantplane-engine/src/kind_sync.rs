@@ -91,6 +91,23 @@ pub(crate) fn watch_backoff() -> ExponentialBackoff {
         .into()
 }
 
+/// The watch of one tenant resource that every tenant-side cache is fed from:
+/// jittered backoff, and no `managedFields` (nothing reads them, and they are
+/// often the largest part of an object held in memory per TenantCluster).
+pub(crate) fn tenant_watch(
+    api: Api<DynamicObject>,
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<DynamicObject>>> + Send {
+    watcher(api, watcher::Config::default())
+        .backoff(watch_backoff())
+        .modify(drop_managed_fields)
+}
+
+/// Clears what the API server records of field ownership: the engine never reads
+/// it (its transforms drop it too), and a cache should not pay for it.
+pub(crate) fn drop_managed_fields(object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+}
+
 /// A write refused for one desired state (by its hash), and the Skip recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Refusal {
@@ -286,11 +303,7 @@ impl KindSyncer {
 
         {
             let s = Arc::clone(&syncer);
-            let stream = reflector::reflector(
-                tenant_writer,
-                watcher(tenant_api, watcher::Config::default()).backoff(watch_backoff()),
-            )
-            .boxed();
+            let stream = reflector::reflector(tenant_writer, tenant_watch(tenant_api)).boxed();
             tasks.spawn(async move {
                 s.watch("tenant", stream, |_, obj| Self::key_of(obj), true)
                     .await
@@ -473,12 +486,15 @@ impl KindSyncer {
         // that is still listing would look deleted, and be garbage-collected.
         self.ready.cancelled().await;
         while let Some(work) = self.queue.next().await {
+            // Boxed: a sync's state is several KiB, and a worker waits on the queue
+            // most of its life. Inline, every idle worker of every kind of every
+            // TenantCluster would hold that much (48 per TenantCluster by default).
             let (result, key) = match &work {
-                Work::Object(key) => (self.sync(key).await, key.clone()),
+                Work::Object(key) => (Box::pin(self.sync(key)).await, key.clone()),
                 // Logged and reported under an empty key, as no object has one.
                 Work::CollectUnused => {
                     let result = match &self.pods {
-                        Some(path) => self.collect_unused(path).await,
+                        Some(path) => Box::pin(self.collect_unused(path)).await,
                         None => Ok(()),
                     };
                     (result, Key::default())

@@ -17,7 +17,7 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde_json::Value;
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::metadata::host_kind_selector;
@@ -30,7 +30,7 @@ use tenantplane_core::pods::status::FINALIZER;
 use tokio_util::sync::CancellationToken;
 
 use super::fields::string_list;
-use super::{Key, KindSyncer, SyncContext, Work, typed_value, watch_backoff};
+use super::{Key, KindSyncer, SyncContext, Work, tenant_watch, typed_value};
 use crate::host_watches::Interest;
 use crate::queue::WorkQueue;
 
@@ -257,11 +257,7 @@ impl DependencyCaches {
         };
         let kind = cache.kind;
         let api: Api<DynamicObject> = Api::all_with(watches.ctx.tenant.clone(), &cache.resource);
-        let mut stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default()).backoff(watch_backoff()),
-        )
-        .boxed();
+        let mut stream = reflector::reflector(writer, tenant_watch(api)).boxed();
         while let Some(event) = stream.next().await {
             match event {
                 Ok(watcher::Event::InitApply(obj)) => {

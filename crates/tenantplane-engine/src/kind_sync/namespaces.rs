@@ -8,12 +8,12 @@ use std::sync::Arc;
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use tenantplane_core::kinds::GroupKind;
 use tenantplane_core::selectors::TenantNamespaces;
 
-use super::{KindSyncer, watch_backoff};
+use super::{KindSyncer, tenant_watch};
 
 /// Whether host copies of `group_kind` depend on the tenant's namespaces.
 pub(super) fn needs_namespaces(group_kind: &GroupKind) -> bool {
@@ -57,11 +57,7 @@ impl KindSyncer {
         writer: reflector::store::Writer<DynamicObject>,
     ) {
         let api: Api<DynamicObject> = Api::all_with(tenant, &namespace_resource());
-        let mut stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default()).backoff(watch_backoff()),
-        )
-        .boxed();
+        let mut stream = reflector::reflector(writer, tenant_watch(api)).boxed();
         while let Some(event) = stream.next().await {
             match event {
                 Ok(
