@@ -60,6 +60,7 @@ use tenantplane_core::pods::{NodeView, PodControls};
 
 /// Holds the TenantCluster until its host objects are gone.
 mod cleanup;
+mod isolation_memo;
 mod resolve;
 
 use cleanup::cleanup;
@@ -145,6 +146,8 @@ struct Context {
     /// provisioned leftovers were found gone: nothing provisions for them until
     /// their spec changes, so the cleanup's reads are not repeated every reconcile.
     external_cleaned: std::sync::Mutex<BTreeSet<(String, i64)>>,
+    /// The boundary each TenantCluster last had applied, reused for a while.
+    isolation_memo: isolation_memo::IsolationMemo,
 }
 
 /// What the controller watches anyway, kept.
@@ -309,6 +312,7 @@ pub async fn run_with_routes(
             profiles,
         },
         external_cleaned: std::sync::Mutex::new(BTreeSet::new()),
+        isolation_memo: Default::default(),
     });
     // ResourcePools are independent of TenantClusters: their own loop, same lifetime.
     let pools = shard_config.is_none().then(|| {

@@ -29,6 +29,7 @@ pub(super) async fn cleanup(tc: &TenantCluster, ctx: &Context) -> Result<Action,
             }
         }
     }
+    ctx.isolation_memo.forget(&key);
     if let Some(uid) = tc.uid() {
         ctx.external_cleaned
             .lock()

@@ -65,23 +65,20 @@ pub(super) async fn resolve(
         ));
     };
     let peers = ctx.caches.peer_levels(host, tc).await?;
-    let isolation = match apply_isolation_among(host, tc, &profile, Some(&peers)).await {
-        Ok(outcome) => IsolationVerdict {
-            applied: outcome.is_applied(),
-            reason: outcome.reason(),
-            message: outcome.summary(),
-        },
-        Err(err) => match err.into_unanswered() {
-            // The host did not answer: an error to retry, as a failed read is. A
-            // blocker would stop the running engine, and with it the release of
-            // tenant objects held by finalizers while the host is down.
-            Ok(unanswered) => return Err(ReconcileError::Host(unanswered)),
-            Err(err) => IsolationVerdict {
-                applied: false,
-                reason: "IsolationNotApplied",
-                message: err.to_string(),
-            },
-        },
+    let memo_key = (namespace.to_owned(), tc.name_any());
+    // Everything the boundary is compiled from; the owner reference needs the uid.
+    let inputs = digest(&json!({
+        "uid": tc.uid(),
+        "spec": tc.spec,
+        "profile": profile.spec,
+        "peers": peers,
+    }));
+    let remembered = ctx
+        .isolation_memo
+        .fresh(&memo_key, &inputs, std::time::Instant::now());
+    let isolation = match remembered {
+        Some(verdict) => verdict,
+        None => apply_and_remember(ctx, tc, &profile, &peers, memo_key, inputs).await?,
     };
     if !isolation.applied {
         // No workload is synced into a namespace whose boundary is not in place.
@@ -297,6 +294,42 @@ pub(super) fn yaml_failure(err: &KubeconfigError) -> String {
         "it is not a kubeconfig YAML document{}",
         at.unwrap_or_default()
     )
+}
+
+/// Applies the boundary on the host and remembers an applied one (see
+/// [`super::isolation_memo`]).
+async fn apply_and_remember(
+    ctx: &Context,
+    tc: &TenantCluster,
+    profile: &IsolationProfile,
+    peers: &[tenantplane_api::PodSecurityLevel],
+    memo_key: (String, String),
+    inputs: String,
+) -> Result<IsolationVerdict, ReconcileError> {
+    let verdict = match apply_isolation_among(&ctx.config.host, tc, profile, Some(peers)).await {
+        Ok(outcome) => IsolationVerdict {
+            applied: outcome.is_applied(),
+            reason: outcome.reason(),
+            message: outcome.summary(),
+        },
+        Err(err) => match err.into_unanswered() {
+            // The host did not answer: an error to retry, as a failed read is. A
+            // blocker would stop the running engine, and with it the release of
+            // tenant objects held by finalizers while the host is down.
+            Ok(unanswered) => {
+                ctx.isolation_memo.forget(&memo_key);
+                return Err(ReconcileError::Host(unanswered));
+            }
+            Err(err) => IsolationVerdict {
+                applied: false,
+                reason: "IsolationNotApplied",
+                message: err.to_string(),
+            },
+        },
+    };
+    ctx.isolation_memo
+        .record(memo_key, inputs, &verdict, std::time::Instant::now());
+    Ok(verdict)
 }
 
 #[cfg(test)]
