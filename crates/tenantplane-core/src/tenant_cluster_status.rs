@@ -25,7 +25,7 @@ pub const CONFLICTED_CONDITION: &str = "Conflicted";
 /// How soon a blocked TenantCluster is looked at again.
 const BLOCKED_REQUEUE: Duration = Duration::from_secs(10);
 /// How soon a synced TenantCluster is looked at again.
-const SYNCED_REQUEUE: Duration = Duration::from_secs(30);
+pub const SYNCED_REQUEUE: Duration = Duration::from_secs(30);
 /// How soon a TenantCluster whose engine is still syncing is looked at again.
 const SYNCING_REQUEUE: Duration = Duration::from_secs(2);
 

@@ -6,12 +6,13 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tenantplane_core::tenant_cluster_status::IsolationVerdict;
+use tenantplane_core::tenant_cluster_status::{IsolationVerdict, SYNCED_REQUEUE};
 
 /// How long an applied boundary is trusted without looking at the host again.
-/// Shorter than the requeue of a synced TenantCluster (30 s), so every such
-/// requeue still finds and restores a deleted or edited isolation object.
-pub(super) const ISOLATION_RECHECK: Duration = Duration::from_secs(25);
+/// Shorter than the requeue of a synced TenantCluster, so every such requeue
+/// still finds and restores a deleted or edited isolation object.
+const ISOLATION_RECHECK: Duration = Duration::from_secs(25);
+const _: () = assert!(ISOLATION_RECHECK.as_secs() < SYNCED_REQUEUE.as_secs());
 
 /// One applied boundary: what it was compiled from (a digest of the
 /// TenantCluster, its IsolationProfile and its namespace peers' levels) and when.
