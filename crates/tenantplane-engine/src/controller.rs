@@ -268,7 +268,10 @@ impl Context {
 
     /// Stops the engines of one shard (its gate is closed: none starts again).
     async fn stop_shard(&self, gates: &ShardGates, shard: u32) {
-        let slots = self.take_slots(|(namespace, name)| gates.shard_of(namespace, name) == shard);
+        let in_shard =
+            |(namespace, name): &(String, String)| gates.shard_of(namespace, name) == shard;
+        let slots = self.take_slots(in_shard);
+        self.isolation_memo.forget_where(in_shard);
         for ((namespace, name), slot) in slots {
             if let Some(running) = slot.lock().await.take() {
                 self.engine_stopped(&namespace, &name);

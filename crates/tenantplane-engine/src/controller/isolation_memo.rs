@@ -71,6 +71,12 @@ impl IsolationMemo {
         self.lock().remove(key);
     }
 
+    /// Forgets every key `which` selects: a shard given up to another replica,
+    /// whose boundaries that replica may change before this one gets it back.
+    pub(super) fn forget_where(&self, which: impl Fn(&(String, String)) -> bool) {
+        self.lock().retain(|key, _| !which(key));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Applied>> {
         self.applied
             .lock()
@@ -133,5 +139,17 @@ mod tests {
         memo.record(key(), "d1".to_owned(), &verdict(true), start);
         memo.forget(&key());
         assert_eq!(memo.fresh(&key(), "d1", start), None);
+    }
+
+    #[test]
+    fn a_shard_given_up_forgets_only_its_own_boundaries() {
+        let memo = IsolationMemo::default();
+        let start = Instant::now();
+        let other = ("team-b".to_owned(), "tc".to_owned());
+        memo.record(key(), "d1".to_owned(), &verdict(true), start);
+        memo.record(other.clone(), "d1".to_owned(), &verdict(true), start);
+        memo.forget_where(|(namespace, _)| namespace == "team-a");
+        assert_eq!(memo.fresh(&key(), "d1", start), None);
+        assert_eq!(memo.fresh(&other, "d1", start), Some(verdict(true)));
     }
 }
