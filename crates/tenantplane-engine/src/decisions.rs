@@ -56,7 +56,9 @@ pub enum Recorded {
 /// Where the sync engine sends its decisions.
 #[derive(Clone)]
 pub struct DecisionSender {
-    tx: mpsc::UnboundedSender<Recorded>,
+    /// Boxed: an unbounded channel allocates its slots 32 at a time, and every
+    /// TenantCluster keeps one open.
+    tx: mpsc::UnboundedSender<Box<Recorded>>,
 }
 
 impl DecisionSender {
@@ -80,16 +82,18 @@ impl DecisionSender {
             time: Time(Timestamp::now()),
         };
         // The recorder outlives every engine task; a send after shutdown is dropped.
-        let _ = self.tx.send(Recorded::Decision(record));
+        let _ = self.tx.send(Box::new(Recorded::Decision(record)));
     }
 
     /// Adds to `object`'s conflict history (see [`record_conflict`] for what is kept).
     pub fn send_conflict(&self, object: ConflictedObject, record: ConflictRecord) {
-        let _ = self.tx.send(Recorded::Conflict { object, record });
+        let _ = self
+            .tx
+            .send(Box::new(Recorded::Conflict { object, record }));
     }
 
     /// A sender whose decisions go nowhere but the returned receiver (tests).
-    pub fn channel() -> (Self, mpsc::UnboundedReceiver<Recorded>) {
+    pub fn channel() -> (Self, mpsc::UnboundedReceiver<Box<Recorded>>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (Self { tx }, rx)
     }
@@ -197,7 +201,7 @@ impl EventBudget {
     }
 }
 
-async fn run_recorder(config: RecorderConfig, mut rx: mpsc::UnboundedReceiver<Recorded>) {
+async fn run_recorder(config: RecorderConfig, mut rx: mpsc::UnboundedReceiver<Box<Recorded>>) {
     let reporter = Reporter {
         controller: "tenantplane.io/sync-engine".into(),
         instance: Some(config.instance.clone()),
@@ -222,7 +226,7 @@ async fn run_recorder(config: RecorderConfig, mut rx: mpsc::UnboundedReceiver<Re
     loop {
         tokio::select! {
             received = rx.recv() => {
-                let record = match received {
+                let record = match received.map(|boxed| *boxed) {
                     None => break,
                     Some(Recorded::Decision(record)) => record,
                     Some(Recorded::Conflict { object, record }) => {

@@ -87,7 +87,9 @@ struct Subscriber {
     interest: Interest,
     /// The subscriber's own store, when it keeps one.
     writer: Option<Writer<DynamicObject>>,
-    events: mpsc::UnboundedSender<Event<DynamicObject>>,
+    /// Boxed: an unbounded channel allocates its slots 32 at a time, and an
+    /// unboxed event would make each of thousands of idle channels cost ~14 KiB.
+    events: mpsc::UnboundedSender<Box<Event<DynamicObject>>>,
 }
 
 #[derive(Default)]
@@ -134,7 +136,7 @@ impl Subscriber {
             writer.apply_watcher_event(&event);
         }
         // A receiver gone means the subscription is being dropped; its removal follows.
-        let _ = self.events.send(event);
+        let _ = self.events.send(Box::new(event));
     }
 }
 
@@ -215,7 +217,7 @@ impl HubState {
 /// [`Subscription::into_events`]) ends the subscription; the last one ends the
 /// watch.
 pub struct Subscription {
-    events: mpsc::UnboundedReceiver<Event<DynamicObject>>,
+    events: mpsc::UnboundedReceiver<Box<Event<DynamicObject>>>,
     guard: SubscriptionGuard,
 }
 
@@ -263,7 +265,7 @@ impl Subscription {
             (events, guard),
             |(mut events, guard)| async move {
                 let event = events.recv().await?;
-                Some((event, (events, guard)))
+                Some((*event, (events, guard)))
             },
         ))
     }

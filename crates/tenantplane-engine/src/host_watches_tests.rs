@@ -18,7 +18,7 @@ fn resource() -> ApiResource {
 
 struct Probe {
     store: Store<DynamicObject>,
-    events: mpsc::UnboundedReceiver<Event<DynamicObject>>,
+    events: mpsc::UnboundedReceiver<Box<Event<DynamicObject>>>,
 }
 
 fn subscriber(interest: Interest) -> (Subscriber, Probe) {
@@ -58,7 +58,7 @@ impl Probe {
     fn drain(&mut self) -> Vec<String> {
         let mut seen = Vec::new();
         while let Ok(event) = self.events.try_recv() {
-            seen.push(match event {
+            seen.push(match *event {
                 Event::Init => "Init".to_owned(),
                 Event::InitDone => "InitDone".to_owned(),
                 Event::InitApply(o) => format!("InitApply {}", o.metadata.name.unwrap()),

@@ -194,7 +194,7 @@ pub(super) async fn resolve(
     );
     let tenant = match running_client {
         Some((running_key, client)) if running_key == key => client,
-        _ => match Client::try_from(config) {
+        _ => match crate::tenant_client::tenant_client(config) {
             Ok(c) => c,
             Err(e) => return Ok(invalid(e.to_string())),
         },

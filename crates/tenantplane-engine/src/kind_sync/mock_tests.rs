@@ -43,7 +43,7 @@ struct Harness {
     tenant: MockApi,
     tenant_cache: Writer<DynamicObject>,
     host_cache: Writer<DynamicObject>,
-    decisions: mpsc::UnboundedReceiver<Recorded>,
+    decisions: mpsc::UnboundedReceiver<Box<Recorded>>,
 }
 
 fn target() -> TenantTarget {
@@ -116,7 +116,7 @@ impl Harness {
     fn decisions(&mut self) -> Vec<DecisionRecord> {
         let mut out = Vec::new();
         while let Ok(recorded) = self.decisions.try_recv() {
-            if let Recorded::Decision(record) = recorded {
+            if let Recorded::Decision(record) = *recorded {
                 out.push(record);
             }
         }
