@@ -34,14 +34,14 @@ pub enum TenantClientError {
     Kube(#[from] kube::Error),
     #[error("tls-server-name {name:?} is not a valid server name: {reason}")]
     ServerName { name: String, reason: String },
-    #[error("the kubeconfig sets a proxy-url; tenant clients do not support proxies")]
-    Proxy,
 }
 
 /// A client for `config`'s API server, multiplexed over HTTP/2 where offered.
 pub fn tenant_client(config: Config) -> Result<Client, TenantClientError> {
+    // Dialling through a proxy is kube's (its proxy connectors, or its error when
+    // the proxy feature is off): such a tenant keeps kube's HTTP/1.1 client.
     if config.proxy_url.is_some() {
-        return Err(TenantClientError::Proxy);
+        return Ok(Client::try_from(config)?);
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -87,4 +87,26 @@ pub fn tenant_client(config: Config) -> Result<Client, TenantClientError> {
         .map_err(tower::BoxError::from)
         .service(client);
     Ok(ClientBuilder::new(service, config.default_namespace).build())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A proxy-url goes to kube's own client, which (without its proxy feature)
+    /// refuses it by name, as it did before tenant clients spoke HTTP/2.
+    #[test]
+    fn a_proxied_tenant_gets_kubes_answer_for_its_proxy() {
+        let mut config = Config::new("https://tenant.example:6443".parse().unwrap());
+        config.proxy_url = Some("http://proxy.example:3128".parse().unwrap());
+        let error = tenant_client(config).err().unwrap();
+        assert!(
+            matches!(
+                error,
+                TenantClientError::Kube(kube::Error::ProxyProtocolDisabled { .. })
+            ),
+            "{error:?}"
+        );
+    }
 }
