@@ -3,7 +3,8 @@
 #   1. provide etcd + kube-apiserver + kube-controller-manager (built once, cached),
 #      and, as root, the real node's kubelet/kube-proxy/kube-scheduler and packages,
 #   2. formatting and lints,
-#   3. every test: unit, property, CLI, and integration tests on real API servers.
+#   3. every test: unit, property, CLI, and integration tests on real API servers,
+#      three test binaries at a time (scripts/run-tests.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,5 +38,5 @@ cargo fmt --all --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "cargo test"
-cargo test --workspace --locked
+step "cargo test (every test binary, several at a time: scripts/run-tests.sh says why)"
+scripts/run-tests.sh

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Builds and runs every test of the workspace, several test binaries at a time.
+#
+# Why not plain `cargo test`: it runs one binary after another, and most of our
+# binaries spend their time waiting on the etcd and API servers they start, so one
+# binary at a time left the two cores mostly idle. Each binary still runs exactly as
+# `cargo test` runs it (its package directory as working directory, its own test
+# threads), and prints the same output; only the binaries overlap.
+#
+# - Binaries whose tests start the real node (one per machine: they would queue on
+#   its lock while holding a slot) run one after another in a lane of their own.
+# - Longest first, from the times the previous run recorded in target/ (a fresh
+#   checkout: scripts/test-times.txt); a binary with no time goes before the known
+#   ones if it is an integration test, after them if it holds unit tests.
+# - Every binary runs even when one fails; the script fails if any did.
+#
+# TENANTPLANE_TEST_JOBS sets how many binaries run at once (default 3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=${TENANTPLANE_TEST_JOBS:-3}
+out=target/test-run
+times_file=target/test-times.txt
+# A fresh checkout orders by the times committed beside this script (a full run's).
+seed_times=scripts/test-times.txt
+rm -rf "$out"
+mkdir -p "$out/logs"
+
+printf '==> building the tests\n'
+cargo test --workspace --locked --no-run --message-format=json-render-diagnostics > "$out/build.json"
+
+# One line per test binary (the profile says test: the tenantplane binary itself is
+# built too, for the CLI tests): label, executable, package directory, kind, source.
+field() { sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p" <<<"$2"; }
+: > "$out/binaries"
+while IFS= read -r line; do
+  exe=$(field executable "$line")
+  [[ -n $exe ]] || continue
+  manifest=$(field manifest_path "$line")
+  dir=$(dirname "$manifest")
+  target=$(sed -n 's/.*"target":{[^}]*"name":"\([^"]*\)".*/\1/p' <<<"$line")
+  kind=$(sed -n 's/.*"target":{"kind":\["\([^"]*\)".*/\1/p' <<<"$line")
+  src=$(sed -n 's/.*"target":{[^}]*"src_path":"\([^"]*\)".*/\1/p' <<<"$line")
+  label="$(basename "$dir")::$target"
+  [[ $kind == test ]] || label="$label($kind)"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$exe" "$dir" "$kind" "$src" >> "$out/binaries"
+done < <(grep '"reason":"compiler-artifact"' "$out/build.json" | grep '"executable":"' | grep '"profile":{[^}]*"test":true')
+count=$(wc -l < "$out/binaries")
+if ((count == 0)); then
+  echo "no test binaries found in the build output" >&2
+  exit 1
+fi
+
+known_times=$times_file
+[[ -f $known_times ]] || known_times=$seed_times
+previous_secs() { # seconds the label took last run, or empty
+  [[ -f $known_times ]] || return 0
+  awk -F'\t' -v l="$1" '$2 == l { print $1 }' "$known_times" | tail -n1
+}
+
+# Jobs: the node lane, then each other binary, ordered longest first.
+node_lane=()
+: > "$out/jobs"
+while IFS=$'\t' read -r label exe dir kind src; do
+  if grep -q 'RealNode' "$src" 2>/dev/null; then
+    node_lane+=("$label")
+    continue
+  fi
+  secs=$(previous_secs "$label")
+  if [[ -z $secs ]]; then
+    if [[ $kind == test ]]; then secs=1000; else secs=0; fi
+  fi
+  printf '%s\t%s\n' "$secs" "$label" >> "$out/jobs"
+done < "$out/binaries"
+if ((${#node_lane[@]})); then
+  lane_secs=0
+  for label in "${node_lane[@]}"; do
+    secs=$(previous_secs "$label")
+    # Unknown times: the lane goes first, as it held the longest chain last time seen.
+    lane_secs=$(awk -v a="$lane_secs" -v b="${secs:-1000000}" 'BEGIN { print a + b }')
+  done
+  printf '%s\t%s\n' "$lane_secs" "node-lane" >> "$out/jobs"
+fi
+
+binary_line() { awk -F'\t' -v l="$1" '$1 == l' "$out/binaries"; }
+
+run_binary() { # label: runs one test binary, then prints its output in one piece
+  local label=$1 exe dir start end rc=0
+  IFS=$'\t' read -r _ exe dir _ _ < <(binary_line "$label")
+  local log="$out/logs/${label//[^A-Za-z0-9_.-]/_}.log"
+  start=$(date +%s.%N)
+  (cd "$dir" && "$exe") > "$log" 2>&1 || rc=$?
+  end=$(date +%s.%N)
+  local secs
+  secs=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }')
+  {
+    flock 9
+    printf '     Running %s (%s)\n' "$label" "${exe#"$PWD"/}"
+    cat "$log"
+    if ((rc == 0)); then
+      printf '    finished %s in %ss\n\n' "$label" "$secs"
+    else
+      printf '    FAILED %s (exit %s) in %ss\n\n' "$label" "$rc" "$secs"
+    fi
+    printf '%s\t%s\t%s\n' "$secs" "$label" "$rc" >> "$out/results"
+  } 9> "$out/print.lock"
+}
+
+run_job() {
+  if [[ $1 == node-lane ]]; then
+    local label
+    for label in "${node_lane[@]}"; do run_binary "$label"; done
+  else
+    run_binary "$1"
+  fi
+}
+
+printf '==> running %s test binaries, %s at a time\n\n' "$count" "$jobs"
+started=$(date +%s)
+: > "$out/results"
+while IFS=$'\t' read -r _ job; do
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+  run_job "$job" &
+done < <(sort -t$'\t' -k1,1nr "$out/jobs")
+wait
+
+# Doc tests are compiled per crate by rustdoc; cargo test runs them last, so do we.
+doc_rc=0
+cargo test --workspace --locked --doc || doc_rc=$?
+
+elapsed=$(($(date +%s) - started))
+cut -f1,2 "$out/results" > "$times_file"
+ran=$(wc -l < "$out/results")
+failed=$(awk -F'\t' '$3 != 0 { print "  " $2 " (exit " $3 ")" }' "$out/results")
+summary=$(awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "%d passed, %d failed, %d ignored", p, f, i }' "$out"/logs/*.log)
+printf '==> %s of %s test binaries ran in %ss: %s\n' "$ran" "$count" "$elapsed" "$summary"
+if [[ -n $failed || $ran -ne $count || $doc_rc -ne 0 ]]; then
+  [[ -z $failed ]] || printf 'failed:\n%s\n' "$failed"
+  ((doc_rc == 0)) || echo "doc tests failed"
+  exit 1
+fi
