@@ -4,9 +4,9 @@
 # Why not plain `cargo test`: it runs one binary after another, and our binaries
 # wait on the etcd and API servers they start between bursts of CPU, so one binary
 # at a time left the two cores partly idle (three at a time: the test phase went
-# from about 19 to under 13 minutes; the README has the figures). Each binary still runs exactly as
-# `cargo test` runs it (its package directory as working directory, its own test
-# threads), and prints the same output; only the binaries overlap.
+# from about 19 to under 13 minutes; the README has the figures). Each binary still
+# runs exactly as `cargo test` runs it (its package directory as working directory,
+# its own test threads), and prints the same output; only the binaries overlap.
 #
 # - Binaries whose tests start the real node (one per machine: they would queue on
 #   its lock while holding a slot) run one after another in a lane of their own.
@@ -36,7 +36,6 @@ field() { sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p" <<<"$2"; }
 : > "$out/binaries"
 while IFS= read -r line; do
   exe=$(field executable "$line")
-  [[ -n $exe ]] || continue
   manifest=$(field manifest_path "$line")
   dir=$(dirname "$manifest")
   target=$(sed -n 's/.*"target":{[^}]*"name":"\([^"]*\)".*/\1/p' <<<"$line")
@@ -59,35 +58,28 @@ previous_secs() { # seconds the label took last run, or empty
   awk -F'\t' -v l="$1" '$2 == l { print $1 }' "$known_times" | tail -n1
 }
 
-# Jobs: the node lane, then each other binary, ordered longest first.
-node_lane=()
+# Jobs (seconds, label, executable, directory): the node lane, then each other
+# binary, ordered longest first.
 : > "$out/jobs"
+: > "$out/node-lane"
+lane_secs=0
 while IFS=$'\t' read -r label exe dir kind src; do
+  secs=$(previous_secs "$label")
   if grep -q 'RealNode' "$src" 2>/dev/null; then
-    node_lane+=("$label")
+    printf '%s\t%s\t%s\n' "$label" "$exe" "$dir" >> "$out/node-lane"
+    # A member with no recorded time puts the lane first.
+    lane_secs=$(awk -v a="$lane_secs" -v b="${secs:-1000000}" 'BEGIN { print a + b }')
     continue
   fi
-  secs=$(previous_secs "$label")
   if [[ -z $secs ]]; then
     if [[ $kind == test ]]; then secs=1000; else secs=0; fi
   fi
-  printf '%s\t%s\n' "$secs" "$label" >> "$out/jobs"
+  printf '%s\t%s\t%s\t%s\n' "$secs" "$label" "$exe" "$dir" >> "$out/jobs"
 done < "$out/binaries"
-if ((${#node_lane[@]})); then
-  lane_secs=0
-  for label in "${node_lane[@]}"; do
-    secs=$(previous_secs "$label")
-    # Unknown times: the lane goes first, as it held the longest chain last time seen.
-    lane_secs=$(awk -v a="$lane_secs" -v b="${secs:-1000000}" 'BEGIN { print a + b }')
-  done
-  printf '%s\t%s\n' "$lane_secs" "node-lane" >> "$out/jobs"
-fi
+[[ ! -s $out/node-lane ]] || printf '%s\tnode-lane\t\t\n' "$lane_secs" >> "$out/jobs"
 
-binary_line() { awk -F'\t' -v l="$1" '$1 == l' "$out/binaries"; }
-
-run_binary() { # label: runs one test binary, then prints its output in one piece
-  local label=$1 exe dir start end rc=0
-  IFS=$'\t' read -r _ exe dir _ _ < <(binary_line "$label")
+run_binary() { # label executable directory: runs it, then prints its output in one piece
+  local label=$1 exe=$2 dir=$3 start end rc=0
   local log="$out/logs/${label//[^A-Za-z0-9_.-]/_}.log"
   start=$(date +%s.%N)
   (cd "$dir" && "$exe") > "$log" 2>&1 || rc=$?
@@ -107,21 +99,22 @@ run_binary() { # label: runs one test binary, then prints its output in one piec
   } 9> "$out/print.lock"
 }
 
-run_job() {
+run_job() { # label executable directory, or node-lane: its binaries one after another
   if [[ $1 == node-lane ]]; then
-    local label
-    for label in "${node_lane[@]}"; do run_binary "$label"; done
+    local label exe dir
+    # On fd 3, so the test binaries do not get the list as their stdin.
+    while IFS=$'\t' read -r -u 3 label exe dir; do run_binary "$label" "$exe" "$dir"; done 3< "$out/node-lane"
   else
-    run_binary "$1"
+    run_binary "$@"
   fi
 }
 
 printf '==> running %s test binaries, %s at a time\n\n' "$count" "$jobs"
 started=$(date +%s)
 : > "$out/results"
-while IFS=$'\t' read -r _ job; do
+while IFS=$'\t' read -r _ label exe dir; do
   while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
-  run_job "$job" &
+  run_job "$label" "$exe" "$dir" &
 done < <(sort -t$'\t' -k1,1nr "$out/jobs")
 wait
 
