@@ -18,9 +18,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch,
+    PatchParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::discovery::pinned_kind;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -52,6 +54,7 @@ use crate::kind_sync::{PodSettings, release_pod_finalizers};
 use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER, TenantLabels};
 use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane_with};
 use crate::shards::{ShardConfig, ShardGates};
+use crate::tenant_alarm::TenantWatchAlarm;
 use tenantplane_core::metadata::ANNOTATION_VIRTUAL_NAME;
 use tenantplane_core::pods::host_pod::TOKEN_SECRET_PREFIX;
 use tenantplane_core::pods::storage::pv_is_ours;
@@ -148,6 +151,9 @@ struct Context {
     external_cleaned: std::sync::Mutex<BTreeSet<(String, i64)>>,
     /// The boundary each TenantCluster last had applied, reused for a while.
     isolation_memo: isolation_memo::IsolationMemo,
+    /// Wakes a TenantCluster's reconcile (its engine's tenant watches changed
+    /// health); named by metadata only, which is all the controller's trigger needs.
+    wake: futures::channel::mpsc::UnboundedSender<PartialObjectMeta<TenantCluster>>,
 }
 
 /// What the controller watches anyway, kept.
@@ -303,6 +309,7 @@ pub async fn run_with_routes(
     let (tc_store, tc_writer) = reflector::store();
     let (policies, policy_writer) = reflector::store();
     let (profiles, profile_writer) = reflector::store();
+    let (wake, woken) = futures::channel::mpsc::unbounded::<PartialObjectMeta<TenantCluster>>();
     let ctx = Arc::new(Context {
         config,
         routes,
@@ -316,6 +323,7 @@ pub async fn run_with_routes(
         },
         external_cleaned: std::sync::Mutex::new(BTreeSet::new()),
         isolation_memo: Default::default(),
+        wake,
     });
     // ResourcePools are independent of TenantClusters: their own loop, same lifetime.
     let pools = shard_config.is_none().then(|| {
@@ -389,6 +397,14 @@ pub async fn run_with_routes(
                 .map(|tc| kube::runtime::reflector::ObjectRef::from_obj(&*tc))
                 .collect::<Vec<_>>()
         })
+        .watches_stream(woken.map(Ok), |woken| {
+            let name = woken.metadata.name?;
+            let tc = ObjectRef::<TenantCluster>::new(&name);
+            Some(match &woken.metadata.namespace {
+                Some(namespace) => tc.within(namespace),
+                None => tc,
+            })
+        })
         .reconcile_all_on(shard_taken)
         .graceful_shutdown_on(async move { graceful.cancelled().await })
         .run(reconcile, error_policy, Arc::clone(&ctx))
@@ -409,6 +425,24 @@ pub async fn run_with_routes(
     if let Some(membership) = membership {
         let _ = membership.await;
     }
+}
+
+/// The alarm that wakes `tc`'s reconcile.
+fn wake_on_tenant_watch_change(
+    wake: &futures::channel::mpsc::UnboundedSender<PartialObjectMeta<TenantCluster>>,
+    tc: &TenantCluster,
+) -> TenantWatchAlarm {
+    let wake = wake.clone();
+    let woken = ObjectMeta {
+        name: tc.metadata.name.clone(),
+        namespace: tc.metadata.namespace.clone(),
+        ..ObjectMeta::default()
+    }
+    .into_response_partial::<TenantCluster>();
+    // Sending fails only once the controller has stopped: nothing left to wake.
+    TenantWatchAlarm::new(move || {
+        let _ = wake.unbounded_send(woken.clone());
+    })
 }
 
 async fn stop(running: RunningEngine) {
@@ -581,6 +615,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                         },
                         from_host_secrets: resolved.profile.spec.controls.from_host_secrets.clone(),
                         host_watches: ctx.host_watches.clone(),
+                        tenant_alarm: wake_on_tenant_watch_change(&ctx.wake, tc),
                     },
                     sender,
                     Arc::clone(&ctx.config.metrics),

@@ -23,6 +23,7 @@ use crate::kind_sync::{
     SyncContext, SyncedKinds, TwoWaySettings, watch_host_events,
 };
 use crate::metrics::Metrics;
+use crate::tenant_alarm::TenantWatchAlarm;
 
 /// What an engine is started with.
 pub struct EngineSpec {
@@ -37,6 +38,8 @@ pub struct EngineSpec {
     pub from_host_secrets: Vec<String>,
     /// The process's shared host watches.
     pub host_watches: HostWatches,
+    /// Wakes the TenantCluster's reconcile when its tenant watches fail or recover.
+    pub tenant_alarm: TenantWatchAlarm,
 }
 
 /// The state of one kind of the policy.
@@ -108,6 +111,7 @@ impl Engine {
             conflicts: Arc::new(ConflictedObjects::new("objects")),
             synced: SyncedKinds::default(),
             host_watches: spec.host_watches,
+            tenant_alarm: spec.tenant_alarm,
         });
         let cancel = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();

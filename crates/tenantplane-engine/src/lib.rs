@@ -23,6 +23,7 @@ pub mod queue;
 pub mod shards;
 pub mod store_ready;
 pub mod tenancy;
+pub mod tenant_alarm;
 pub mod tenant_client;
 pub mod tenant_dns;
 mod unanswered;

@@ -2,6 +2,7 @@
 //! back to their tenant object, and the memory of deletes already sent.
 
 use super::*;
+use crate::tenant_alarm::WatchHealth;
 
 impl KindSyncer {
     pub(super) fn key_of(object: &DynamicObject) -> Option<Key> {
@@ -34,7 +35,15 @@ impl KindSyncer {
         key_of: impl Fn(&Self, &DynamicObject) -> Option<Key>,
         changed: bool,
     ) {
+        // Only the tenant side wakes the TenantCluster: its reachability is the
+        // tenant API server's.
+        let mut health = (side == "tenant").then(WatchHealth::default);
         while let Some(event) = stream.next().await {
+            if let Some(health) = &mut health
+                && health.observe(event.is_ok())
+            {
+                self.ctx.tenant_alarm.raise();
+            }
             match event {
                 Ok(
                     watcher::Event::Apply(obj)
