@@ -54,7 +54,7 @@ use crate::kind_sync::{PodSettings, release_pod_finalizers};
 use crate::metrics::{Metrics, ResultLabels, TENANT_CLUSTER_CONTROLLER, TenantLabels};
 use crate::provision::{ControlPlaneState, cleanup_control_plane, ensure_control_plane_with};
 use crate::shards::{ShardConfig, ShardGates};
-use crate::tenant_alarm::TenantWatchAlarm;
+use crate::status_alarm::StatusAlarm;
 use tenantplane_core::metadata::ANNOTATION_VIRTUAL_NAME;
 use tenantplane_core::pods::host_pod::TOKEN_SECRET_PREFIX;
 use tenantplane_core::pods::storage::pv_is_ours;
@@ -428,10 +428,10 @@ pub async fn run_with_routes(
 }
 
 /// The alarm that wakes `tc`'s reconcile.
-fn wake_on_tenant_watch_change(
+fn wake_on_status_change(
     wake: &futures::channel::mpsc::UnboundedSender<PartialObjectMeta<TenantCluster>>,
     tc: &TenantCluster,
-) -> TenantWatchAlarm {
+) -> StatusAlarm {
     let wake = wake.clone();
     let woken = ObjectMeta {
         name: tc.metadata.name.clone(),
@@ -440,7 +440,7 @@ fn wake_on_tenant_watch_change(
     }
     .into_response_partial::<TenantCluster>();
     // Sending fails only once the controller has stopped: nothing left to wake.
-    TenantWatchAlarm::new(move || {
+    StatusAlarm::new(move || {
         let _ = wake.unbounded_send(woken.clone());
     })
 }
@@ -615,7 +615,7 @@ async fn apply(tc: &TenantCluster, ctx: &Context) -> Result<Action, ReconcileErr
                         },
                         from_host_secrets: resolved.profile.spec.controls.from_host_secrets.clone(),
                         host_watches: ctx.host_watches.clone(),
-                        tenant_alarm: wake_on_tenant_watch_change(&ctx.wake, tc),
+                        status_alarm: wake_on_status_change(&ctx.wake, tc),
                     },
                     sender,
                     Arc::clone(&ctx.config.metrics),

@@ -23,7 +23,7 @@ use crate::kind_sync::{
     SyncContext, SyncedKinds, TwoWaySettings, watch_host_events,
 };
 use crate::metrics::Metrics;
-use crate::tenant_alarm::TenantWatchAlarm;
+use crate::status_alarm::StatusAlarm;
 
 /// What an engine is started with.
 pub struct EngineSpec {
@@ -38,8 +38,8 @@ pub struct EngineSpec {
     pub from_host_secrets: Vec<String>,
     /// The process's shared host watches.
     pub host_watches: HostWatches,
-    /// Wakes the TenantCluster's reconcile when its tenant watches fail or recover.
-    pub tenant_alarm: TenantWatchAlarm,
+    /// Wakes the TenantCluster's reconcile when what its status reports changes.
+    pub status_alarm: StatusAlarm,
 }
 
 /// The state of one kind of the policy.
@@ -107,11 +107,17 @@ impl Engine {
             workers: spec.workers,
             resync,
             pods: pod_settings,
-            service_cidr: Arc::new(ServiceCidrMismatches::new("Services")),
-            conflicts: Arc::new(ConflictedObjects::new("objects")),
+            service_cidr: Arc::new(ServiceCidrMismatches::with_alarm(
+                "Services",
+                spec.status_alarm.clone(),
+            )),
+            conflicts: Arc::new(ConflictedObjects::with_alarm(
+                "objects",
+                spec.status_alarm.clone(),
+            )),
             synced: SyncedKinds::default(),
             host_watches: spec.host_watches,
-            tenant_alarm: spec.tenant_alarm,
+            status_alarm: spec.status_alarm,
         });
         let cancel = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();

@@ -41,7 +41,7 @@ use crate::fairness::WriteBudget;
 use crate::host_watches::{HostWatches, Interest};
 use crate::metrics::{Metrics, TenantLabels, VerbLabels};
 use crate::queue::WorkQueue;
-use crate::tenant_alarm::TenantWatchAlarm;
+use crate::status_alarm::StatusAlarm;
 
 mod dependency_cache;
 mod dependency_copy;
@@ -156,7 +156,7 @@ pub struct SyncContext {
     /// The process's shared host watches (one per kind for every TenantCluster).
     pub host_watches: HostWatches,
     /// Raised when a tenant watch starts failing or answers again.
-    pub tenant_alarm: TenantWatchAlarm,
+    pub status_alarm: StatusAlarm,
 }
 
 /// The kind one [`KindSyncer`] syncs, resolved on both API servers.

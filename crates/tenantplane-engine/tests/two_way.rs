@@ -462,14 +462,15 @@ async fn conflicts_are_left_alone_under_manual_and_settled_under_tenant_wins() {
     assert_eq!(host.get(&host_name).await.unwrap().data["spec"]["size"], 4);
     assert_eq!(conflict_history(&h, &host_name).await, history);
 
-    // The tenant gives way: agreement again, the condition clears.
+    // The tenant gives way: agreement again, the condition clears, well inside the
+    // 30 s a synced TenantCluster waits for its next look (the engine wakes it).
     set_spec(&tenant, "g1", 4).await;
     h.wait_condition(
         "dev",
         "Conflicted",
         "False",
         "NoConflicts",
-        Duration::from_secs(30),
+        Duration::from_secs(10),
     )
     .await;
     let history = wait_history(&h, &host_name, 2).await;

@@ -74,7 +74,7 @@ impl Harness {
             conflicts: Arc::new(ConflictedObjects::new("objects")),
             synced: SyncedKinds::default(),
             host_watches: HostWatches::new(host.client()),
-            tenant_alarm: Default::default(),
+            status_alarm: Default::default(),
         });
         let tenant_cache = Writer::new(resource.clone());
         let host_cache = Writer::new(resource.clone());

@@ -2,7 +2,7 @@
 //! back to their tenant object, and the memory of deletes already sent.
 
 use super::*;
-use crate::tenant_alarm::WatchHealth;
+use crate::status_alarm::WatchHealth;
 
 impl KindSyncer {
     pub(super) fn key_of(object: &DynamicObject) -> Option<Key> {
@@ -42,7 +42,7 @@ impl KindSyncer {
             if let Some(health) = &mut health
                 && health.observe(event.is_ok())
             {
-                self.ctx.tenant_alarm.raise();
+                self.ctx.status_alarm.raise();
             }
             match event {
                 Ok(

@@ -1,24 +1,26 @@
-//! A tenant watch that starts failing, or answers again, wakes its TenantCluster's
-//! reconcile: the status says `TenantUnreachable` (or `Ready` again) at once, not
-//! at the next requeue (30 s for a synced TenantCluster).
+//! What an engine sees that changes its TenantCluster's status wakes the
+//! TenantCluster's reconcile: a tenant watch that starts failing or answers again
+//! (`TenantUnreachable`, `Ready`), an object gaining or losing a problem a condition
+//! reports (`Conflicted`, `ServiceCIDR`). The status says so at once, not at the
+//! next requeue (30 s for a synced TenantCluster).
 
 use std::sync::Arc;
 
 /// Wakes one TenantCluster's reconcile. The default wakes nothing (engines started
 /// outside the controller, as in unit tests).
 #[derive(Clone, Default)]
-pub struct TenantWatchAlarm {
+pub struct StatusAlarm {
     wake: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
-impl TenantWatchAlarm {
+impl StatusAlarm {
     pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Self {
         Self {
             wake: Some(Arc::new(wake)),
         }
     }
 
-    /// The tenant's watches changed health: look at the TenantCluster now.
+    /// Something the status reports changed: look at the TenantCluster now.
     pub fn raise(&self) {
         if let Some(wake) = &self.wake {
             wake();
@@ -26,9 +28,9 @@ impl TenantWatchAlarm {
     }
 }
 
-impl std::fmt::Debug for TenantWatchAlarm {
+impl std::fmt::Debug for StatusAlarm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TenantWatchAlarm")
+        f.debug_struct("StatusAlarm")
             .field("wakes", &self.wake.is_some())
             .finish()
     }
@@ -74,13 +76,13 @@ mod tests {
     fn an_alarm_wakes_what_it_was_given_and_the_default_wakes_nothing() {
         let woken = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&woken);
-        let alarm = TenantWatchAlarm::new(move || {
+        let alarm = StatusAlarm::new(move || {
             counter.fetch_add(1, Ordering::SeqCst);
         });
         alarm.raise();
         alarm.clone().raise();
         assert_eq!(woken.load(Ordering::SeqCst), 2);
-        TenantWatchAlarm::default().raise();
+        StatusAlarm::default().raise();
         assert_eq!(woken.load(Ordering::SeqCst), 2);
     }
 }
