@@ -18,11 +18,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch,
-    PatchParams,
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
-use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::discovery::pinned_kind;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -151,9 +149,9 @@ struct Context {
     external_cleaned: std::sync::Mutex<BTreeSet<(String, i64)>>,
     /// The boundary each TenantCluster last had applied, reused for a while.
     isolation_memo: isolation_memo::IsolationMemo,
-    /// Wakes a TenantCluster's reconcile (its engine's tenant watches changed
-    /// health); named by metadata only, which is all the controller's trigger needs.
-    wake: futures::channel::mpsc::UnboundedSender<PartialObjectMeta<TenantCluster>>,
+    /// Wakes a TenantCluster's reconcile: what its status reports changed in its
+    /// engine (see [`StatusAlarm`]).
+    wake: futures::channel::mpsc::UnboundedSender<TenantCluster>,
 }
 
 /// What the controller watches anyway, kept.
@@ -309,7 +307,7 @@ pub async fn run_with_routes(
     let (tc_store, tc_writer) = reflector::store();
     let (policies, policy_writer) = reflector::store();
     let (profiles, profile_writer) = reflector::store();
-    let (wake, woken) = futures::channel::mpsc::unbounded::<PartialObjectMeta<TenantCluster>>();
+    let (wake, woken) = futures::channel::mpsc::unbounded::<TenantCluster>();
     let ctx = Arc::new(Context {
         config,
         routes,
@@ -397,14 +395,7 @@ pub async fn run_with_routes(
                 .map(|tc| kube::runtime::reflector::ObjectRef::from_obj(&*tc))
                 .collect::<Vec<_>>()
         })
-        .watches_stream(woken.map(Ok), |woken| {
-            let name = woken.metadata.name?;
-            let tc = ObjectRef::<TenantCluster>::new(&name);
-            Some(match &woken.metadata.namespace {
-                Some(namespace) => tc.within(namespace),
-                None => tc,
-            })
-        })
+        .watches_stream(woken.map(Ok), |tc| Some(ObjectRef::from_obj(&tc)))
         .reconcile_all_on(shard_taken)
         .graceful_shutdown_on(async move { graceful.cancelled().await })
         .run(reconcile, error_policy, Arc::clone(&ctx))
@@ -429,19 +420,14 @@ pub async fn run_with_routes(
 
 /// The alarm that wakes `tc`'s reconcile.
 fn wake_on_status_change(
-    wake: &futures::channel::mpsc::UnboundedSender<PartialObjectMeta<TenantCluster>>,
+    wake: &futures::channel::mpsc::UnboundedSender<TenantCluster>,
     tc: &TenantCluster,
 ) -> StatusAlarm {
-    let wake = wake.clone();
-    let woken = ObjectMeta {
-        name: tc.metadata.name.clone(),
-        namespace: tc.metadata.namespace.clone(),
-        ..ObjectMeta::default()
-    }
-    .into_response_partial::<TenantCluster>();
+    let (wake, tc) = (wake.clone(), tc.clone());
+    // Only its name and namespace matter (the reconcile reads the current object).
     // Sending fails only once the controller has stopped: nothing left to wake.
     StatusAlarm::new(move || {
-        let _ = wake.unbounded_send(woken.clone());
+        let _ = wake.unbounded_send(tc.clone());
     })
 }
 

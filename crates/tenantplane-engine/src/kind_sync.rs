@@ -155,7 +155,8 @@ pub struct SyncContext {
     pub synced: SyncedKinds,
     /// The process's shared host watches (one per kind for every TenantCluster).
     pub host_watches: HostWatches,
-    /// Raised when a tenant watch starts failing or answers again.
+    /// Raised when a tenant watch starts failing or answers again (the problem
+    /// sets above raise their own copy).
     pub status_alarm: StatusAlarm,
 }
 
