@@ -14,7 +14,7 @@ use tenantplane_core::dns::DnsTenant;
 use tenantplane_core::kinds::{GroupKind, Scope};
 use tenantplane_core::transform::{TenantTarget, to_host};
 use tenantplane_dns::{DnsSettings, Listeners, feed_index, serve, shared_index};
-use tenantplane_testenv::TestEnv;
+use tenantplane_testenv::{ApiServerOptions, TestEnv};
 use tokio::net::UdpSocket;
 
 use crate::{create_json, create_namespace, ms, percentile, progress, rate};
@@ -127,7 +127,9 @@ pub async fn dns_benchmark(args: DnsArgs) -> Result<()> {
     let env = TestEnv::start()
         .await
         .context("start etcd (set KUBEBUILDER_ASSETS)")?;
-    let server = env.start_apiserver("host").await?;
+    let server = env
+        .start_apiserver_with(ApiServerOptions::stock("host"))
+        .await?;
     let host: Client = server.client().await?;
     create_namespace(&host, NS).await?;
     progress(&format!(

@@ -17,7 +17,7 @@ use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::plan::stamp_desired_hash;
 use tenantplane_core::transform::{TenantTarget, to_host};
 use tenantplane_engine::decisions::MANAGER;
-use tenantplane_testenv::{ApiServer, RequestCounts, TestEnv, WRITE_VERBS};
+use tenantplane_testenv::{ApiServer, ApiServerOptions, RequestCounts, TestEnv, WRITE_VERBS};
 use tokio::sync::mpsc;
 
 use crate::*;
@@ -39,8 +39,12 @@ pub(crate) async fn start_servers(host_namespaces: &[&str]) -> Result<Servers> {
         "start etcd (run scripts/test-apiserver.sh, or set KUBEBUILDER_ASSETS to a directory \
          holding etcd and kube-apiserver)",
     )?;
-    let host_server = env.start_apiserver("host").await?;
-    let tenant_server = env.start_apiserver("tenant").await?;
+    let host_server = env
+        .start_apiserver_with(ApiServerOptions::stock("host"))
+        .await?;
+    let tenant_server = env
+        .start_apiserver_with(ApiServerOptions::stock("tenant"))
+        .await?;
     let host = host_server.client().await?;
     let tenant = tenant_server.client().await?;
     host_server.install_crds(tenantplane_api::crds()).await?;

@@ -104,7 +104,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     }
     eprintln!("starting etcd and two API servers (host and tenant)...");
     let env = TestEnv::start().await.context("starting etcd")?;
-    let mut host_options = ApiServerOptions::new("host");
+    let mut host_options = ApiServerOptions::stock("host");
     // Pods on the real node (the tenant DNS server) use in-cluster config.
     host_options.service_account_admission = args.real_node;
     let host_server = env
@@ -122,7 +122,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     let (client_crt, client_key) = (kubelet_dir.join("tls.crt"), kubelet_dir.join("tls.key"));
     std::fs::write(&client_crt, &kubelet_client.cert_pem).context("writing tls.crt")?;
     std::fs::write(&client_key, &kubelet_client.key_pem).context("writing tls.key")?;
-    let mut tenant_options = ApiServerOptions::new("tenant");
+    let mut tenant_options = ApiServerOptions::stock("tenant");
     tenant_options.extra_args = vec![
         format!("--kubelet-client-certificate={}", client_crt.display()),
         format!("--kubelet-client-key={}", client_key.display()),
