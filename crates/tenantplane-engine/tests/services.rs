@@ -218,17 +218,19 @@ async fn load_balancer_status_flows_back_to_the_tenant_service() {
 #[tokio::test]
 async fn a_tenant_api_server_on_another_service_cidr_is_a_condition_and_a_skip_not_a_loop() {
     let env = TestEnv::start_shared().await.expect("etcd");
-    let host_server = env
-        .start_apiserver_with_crds("host", host_crds())
-        .await
-        .expect("host");
     let mut options = ApiServerOptions::new("tenant");
     options.crds = tenant_crds();
     // The later flag wins: the tenant serves a range the host's addresses are not in.
     options
         .extra_args
         .push("--service-cluster-ip-range=10.200.0.0/16".into());
-    let tenant_server = env.start_apiserver_with(options).await.expect("tenant");
+    // Both at once, as `Harness::start` does.
+    let (host_server, tenant_server) = tokio::join!(
+        env.start_apiserver_with_crds("host", host_crds()),
+        env.start_apiserver_with(options),
+    );
+    let host_server = host_server.expect("host");
+    let tenant_server = tenant_server.expect("tenant");
     let h = Harness::set_up(env, host_server, tenant_server).await;
     let controller = Controller::start(&h.host).await;
     h.create_dev().await;
