@@ -88,9 +88,10 @@ pub struct ApiServerOptions {
     pub crds: Vec<CustomResourceDefinition>,
     /// Serve every beta API group and run API Priority and Fairness, as a stock
     /// server does (for `tenantplane up`). Off by default: tests use GA groups plus
-    /// `discovery.k8s.io/v1beta1` and `policy/v1beta1` (EndpointSlices, and the
-    /// PodDisruptionBudgets kube-scheduler 1.20 lists), and without the rest a
-    /// server starts on about a quarter less CPU and idles on less.
+    /// three betas (EndpointSlices in `discovery.k8s.io`, the PodDisruptionBudgets
+    /// kube-scheduler 1.20 lists, and `extensions` Ingresses, which the admission
+    /// webhook guards), and without the rest a server starts on about a quarter
+    /// less CPU and idles on less.
     pub all_beta_apis: bool,
 }
 
@@ -519,7 +520,7 @@ fn apiserver_args(
     if !options.all_beta_apis {
         args.push("--enable-priority-and-fairness=false".into());
         args.push(
-            "--runtime-config=api/beta=false,discovery.k8s.io/v1beta1=true,policy/v1beta1=true"
+            "--runtime-config=api/beta=false,discovery.k8s.io/v1beta1=true,policy/v1beta1=true,extensions/v1beta1=true"
                 .into(),
         );
     }
