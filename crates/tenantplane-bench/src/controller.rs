@@ -171,6 +171,7 @@ impl RunningController {
             kubelet_endpoint: None,
             tenant_webhook: None,
             shards: None,
+            namespace: None,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Ok(Self::InProcess {

@@ -114,6 +114,11 @@ pub struct ControllerConfig {
     /// [`crate::shards`]). `None`: every TenantCluster, and the ResourcePool loop
     /// runs here too; sharded, whoever runs this runs the pools (once, as leader).
     pub shards: Option<ShardConfig>,
+    /// Sync only the TenantClusters of this host namespace (`None`: every
+    /// namespace). Scoped, the ResourcePool loop does not run: pools span
+    /// namespaces. For a controller per team namespace, and for tests that share
+    /// one host API server between controllers.
+    pub namespace: Option<String>,
 }
 
 struct RunningEngine {
@@ -299,7 +304,11 @@ pub async fn run_with_routes(
     shutdown: CancellationToken,
 ) {
     let host = config.host.clone();
-    let tcs: Api<TenantCluster> = Api::all(host.clone());
+    let tcs: Api<TenantCluster> = match &config.namespace {
+        Some(namespace) => Api::namespaced(host.clone(), namespace),
+        None => Api::all(host.clone()),
+    };
+    let scoped = config.namespace.is_some();
     let shard_config = config.shards.clone();
     let gates = shard_config
         .as_ref()
@@ -324,7 +333,7 @@ pub async fn run_with_routes(
         wake,
     });
     // ResourcePools are independent of TenantClusters: their own loop, same lifetime.
-    let pools = shard_config.is_none().then(|| {
+    let pools = (shard_config.is_none() && !scoped).then(|| {
         tokio::spawn(crate::pools::run(
             host.clone(),
             Arc::clone(&ctx.config.metrics),

@@ -3,7 +3,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -77,6 +78,20 @@ impl Controller {
         dns: Option<DnsDeployment>,
         kubelet_endpoint: Option<tenantplane_core::pods::KubeletEndpoint>,
     ) -> Controller {
+        Self::start_scoped(host, dns, kubelet_endpoint, None).await
+    }
+
+    /// For `h`'s TenantClusters only: on a shared host, those of its namespace.
+    pub async fn start_for(h: &Harness) -> Controller {
+        Self::start_scoped(&h.host, None, None, h.scope()).await
+    }
+
+    async fn start_scoped(
+        host: &Client,
+        dns: Option<DnsDeployment>,
+        kubelet_endpoint: Option<tenantplane_core::pods::KubeletEndpoint>,
+        namespace: Option<String>,
+    ) -> Controller {
         // Logs only when asked for: RUST_LOG=tenantplane_engine=debug cargo test ...
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -98,6 +113,7 @@ impl Controller {
             kubelet_endpoint,
             tenant_webhook: None,
             shards: None,
+            namespace,
         };
         let task = tokio::spawn(controller::run(config, shutdown.clone()));
         Controller {
@@ -130,10 +146,88 @@ impl Controller {
 
 pub struct Harness {
     pub env: TestEnv,
-    pub host_server: ApiServer,
+    pub host_server: HostServer,
     pub tenant_server: ApiServer,
     pub host: Client,
     pub tenant: Client,
+    /// The host namespace of TenantCluster `dev`: [`HOST_NS`] on a host of the
+    /// test's own, `team-dev-N` on the shared one.
+    pub ns: String,
+    /// Appended to the names of cluster-scoped objects the test makes (see
+    /// [`Harness::named`]): empty on a host of the test's own.
+    suffix: String,
+}
+
+/// The host API server of a [`Harness`]: the test's own, or the one every
+/// [`Harness::start_on_shared_host`] of the test binary uses.
+pub enum HostServer {
+    Own(Box<ApiServer>),
+    Shared(&'static ApiServer),
+}
+
+impl std::ops::Deref for HostServer {
+    type Target = ApiServer;
+    fn deref(&self) -> &ApiServer {
+        match self {
+            HostServer::Own(server) => server,
+            HostServer::Shared(server) => server,
+        }
+    }
+}
+
+impl std::ops::DerefMut for HostServer {
+    fn deref_mut(&mut self) -> &mut ApiServer {
+        match self {
+            HostServer::Own(server) => server,
+            HostServer::Shared(_) => {
+                panic!("a test that stops or restarts the host needs its own: Harness::start")
+            }
+        }
+    }
+}
+
+/// The host API server the tests of this binary share, with the CRDs, profile
+/// `fast` and policy `default`. Started by the first test that asks, on the
+/// shared etcd; it never drops (its process dies with the test binary, and its
+/// directory is removed after the binary exits).
+fn shared_host() -> &'static ApiServer {
+    struct SharedHost {
+        _env: TestEnv,
+        server: ApiServer,
+    }
+    static SHARED: OnceLock<Result<SharedHost, String>> = OnceLock::new();
+    let start = || async {
+        let env = TestEnv::start_shared().await.map_err(|e| e.to_string())?;
+        env.remove_dir_at_exit().map_err(|e| e.to_string())?;
+        let server = env
+            .start_apiserver_with_crds("shared-host", host_crds())
+            .await
+            .map_err(|e| e.to_string())?;
+        let host = server.client().await.map_err(|e| e.to_string())?;
+        create(&host, profile("fast", 1000, 2000)).await;
+        create(&host, policy("default", DEFAULT_KINDS, "2s")).await;
+        Ok(SharedHost { _env: env, server })
+    };
+    // On a thread with a runtime of its own: the asking test's runtime ends with
+    // that test.
+    let shared = SHARED.get_or_init(|| {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| e.to_string())?
+                        .block_on(start())
+                })
+                .join()
+                .unwrap_or_else(|_| Err("starting the shared host panicked".into()))
+        })
+    });
+    match shared {
+        Ok(shared) => &shared.server,
+        Err(err) => panic!("the shared host API server: {err}"),
+    }
 }
 
 pub fn widget_crd(scope: &str) -> CustomResourceDefinition {
@@ -311,6 +405,54 @@ impl Harness {
         Self::set_up(env, host_server, tenant_server).await
     }
 
+    /// [`Harness::start`] on the host API server this test binary shares: a
+    /// namespace of the test's own (`team-dev-N`), and its own tenant server. One
+    /// API server start instead of two. For tests that neither stop the host nor
+    /// count its requests, and that name their cluster-scoped objects with
+    /// [`Harness::named`] and scope their controller with [`Controller::start_for`].
+    pub async fn start_on_shared_host() -> Harness {
+        static NEXT: AtomicU32 = AtomicU32::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let host_server = shared_host();
+        let env = TestEnv::start_shared().await.expect("etcd");
+        let tenant_server = env
+            .start_apiserver_with_crds("tenant", tenant_crds())
+            .await
+            .expect("tenant");
+        let host = host_server.client().await.unwrap();
+        let tenant = tenant_server.client().await.unwrap();
+        let ns = format!("{HOST_NS}-{n}");
+        create_namespace(&host, &ns).await;
+        kubeconfig_secret(
+            &host,
+            &ns,
+            "dev-kubeconfig",
+            &tenant_server.kubeconfig_yaml("admin").unwrap(),
+        )
+        .await;
+        Harness {
+            env,
+            host_server: HostServer::Shared(host_server),
+            tenant_server,
+            host,
+            tenant,
+            ns,
+            suffix: format!("-{n}"),
+        }
+    }
+
+    /// `base` as the name of a cluster-scoped object of this test (a policy or
+    /// profile): suffixed on the shared host, where other tests make their own.
+    pub fn named(&self, base: &str) -> String {
+        format!("{base}{}", self.suffix)
+    }
+
+    /// The namespace a controller of this test is scoped to: on the shared host,
+    /// this test's; on its own host, none.
+    fn scope(&self) -> Option<String> {
+        matches!(self.host_server, HostServer::Shared(_)).then(|| self.ns.clone())
+    }
+
     /// [`Harness::start`] on servers the test started itself (with flags of its own).
     pub async fn attach(env: TestEnv, host_server: ApiServer, tenant_server: ApiServer) -> Harness {
         let host = host_server.client().await.unwrap();
@@ -337,10 +479,12 @@ impl Harness {
         .await;
         Harness {
             env,
-            host_server,
+            host_server: HostServer::Own(Box::new(host_server)),
             tenant_server,
             host,
             tenant,
+            ns: HOST_NS.to_owned(),
+            suffix: String::new(),
         }
     }
 
@@ -352,7 +496,7 @@ impl Harness {
     pub async fn create_dev_with(&self, profile: &str, policy: &str) {
         create(
             &self.host,
-            tenant_cluster("dev", HOST_NS, profile, policy, "dev-kubeconfig"),
+            tenant_cluster("dev", &self.ns, profile, policy, "dev-kubeconfig"),
         )
         .await;
     }
@@ -370,7 +514,7 @@ impl Harness {
     }
 
     pub fn host_api(&self, api_version: &str, kind: &str) -> Api<DynamicObject> {
-        dynamic(&self.host, api_version, kind, Some(HOST_NS))
+        dynamic(&self.host, api_version, kind, Some(&self.ns))
     }
 
     pub fn tenant_api(&self, api_version: &str, kind: &str, ns: &str) -> Api<DynamicObject> {
@@ -382,7 +526,7 @@ impl Harness {
             &self.host,
             "tenantplane.io/v1alpha1",
             "TenantCluster",
-            Some(HOST_NS),
+            Some(&self.ns),
         )
     }
 
@@ -392,7 +536,7 @@ impl Harness {
             &self.host,
             "tenantplane.io/v1alpha1",
             "SyncDecision",
-            Some(HOST_NS),
+            Some(&self.ns),
         );
         api.get_opt(name)
             .await
@@ -425,7 +569,7 @@ impl Harness {
             &self.host,
             "tenantplane.io/v1alpha1",
             "TenantCluster",
-            Some(HOST_NS),
+            Some(&self.ns),
         );
         eventually(&format!("TenantCluster {name} Synced"), || {
             let api = api.clone();
@@ -448,7 +592,7 @@ impl Harness {
             &self.host,
             "tenantplane.io/v1alpha1",
             "TenantCluster",
-            Some(HOST_NS),
+            Some(&self.ns),
         );
         let tc = api.get(name).await.ok()?;
         let c = tc.data["status"]["conditions"]

@@ -13,14 +13,25 @@ use serde_json::{Value, json};
 
 const POD_KINDS: &[(&str, &str)] = &[("v1", "Pod")];
 
-/// Harness with policy `pods` (Pods only: ConfigMaps and Secrets are copied only
-/// for Pods) and TenantCluster `dev` on it, tenant namespace `shop`.
+/// Harness on the shared host with policy `pods` (Pods only: ConfigMaps and
+/// Secrets are copied only for Pods) and TenantCluster `dev` on it, tenant
+/// namespace `shop`.
 async fn start() -> (Harness, Controller) {
-    let h = Harness::start().await;
-    create(&h.host, policy("pods", POD_KINDS, "2s")).await;
+    with_pods_policy(Harness::start_on_shared_host().await).await
+}
+
+/// [`start`] on a host of the test's own: for tests that count the host's
+/// requests or stop it.
+async fn start_own_host() -> (Harness, Controller) {
+    with_pods_policy(Harness::start().await).await
+}
+
+async fn with_pods_policy(h: Harness) -> (Harness, Controller) {
+    let pods = h.named("pods");
+    create(&h.host, policy(&pods, POD_KINDS, "2s")).await;
     create_namespace(&h.tenant, "shop").await;
-    let controller = Controller::start(&h.host).await;
-    h.create_dev_with("fast", "pods").await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev_with("fast", &pods).await;
     (h, controller)
 }
 
@@ -33,11 +44,11 @@ fn secret(ns: &str, name: &str, value: &str) -> Value {
 }
 
 /// Plays the kubelet on the host: binds the host Pod to `node` and reports it Running.
-async fn kubelet_runs(host: &Client, name: &str, node: &str) {
-    let pods = dynamic(host, "v1", "Pod", Some(HOST_NS));
+async fn kubelet_runs(host: &Client, ns: &str, name: &str, node: &str) {
+    let pods = dynamic(host, "v1", "Pod", Some(ns));
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
                          "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
-    let request = http::Request::post(format!("/api/v1/namespaces/{HOST_NS}/pods/{name}/binding"))
+    let request = http::Request::post(format!("/api/v1/namespaces/{ns}/pods/{name}/binding"))
         .header("content-type", "application/json")
         .body(serde_json::to_vec(&binding).unwrap())
         .unwrap();
@@ -61,7 +72,7 @@ fn annotations(o: &kube::api::DynamicObject) -> std::collections::BTreeMap<Strin
 
 #[tokio::test]
 async fn a_pod_brings_its_dependencies_reports_status_and_settles() {
-    let (h, controller) = start().await;
+    let (h, controller) = start_own_host().await;
     create(&h.tenant, configmap("shop", "vol-cm", json!({"a": "1"}))).await;
     create(&h.tenant, configmap("shop", "env-cm", json!({"k": "v"}))).await;
     create(&h.tenant, secret("shop", "db", "hunter2")).await;
@@ -160,14 +171,14 @@ async fn a_pod_brings_its_dependencies_reports_status_and_settles() {
     );
     let a = annotations(&tenant_pod);
     assert_eq!(a["tenantplane.io/host-name"], host_name);
-    assert_eq!(a["tenantplane.io/host-namespace"], HOST_NS);
+    assert_eq!(a["tenantplane.io/host-namespace"], h.ns);
     assert_eq!(
         a["tenantplane.io/host-uid"],
         host_pod.metadata.uid.clone().unwrap()
     );
     assert!(a.contains_key("tenantplane.io/last-sync-time"));
 
-    kubelet_runs(&h.host, &host_name, "node-a").await;
+    kubelet_runs(&h.host, &h.ns, &host_name, "node-a").await;
     let running = wait_for_that(&tenant_pods, "web", "status from the host", |p| {
         p.data["status"]["phase"] == "Running"
     })
@@ -286,11 +297,12 @@ async fn a_missing_required_dependency_is_a_skip_that_names_it_until_it_exists()
 /// kinds can bring these changes to the host within the deadline.
 #[tokio::test]
 async fn dependency_changes_reach_their_pods_at_once_without_a_full_pass() {
-    let h = Harness::start().await;
-    create(&h.host, policy("pods-slow", POD_KINDS, "10m")).await;
+    let h = Harness::start_on_shared_host().await;
+    let slow = h.named("pods-slow");
+    create(&h.host, policy(&slow, POD_KINDS, "10m")).await;
     create_namespace(&h.tenant, "shop").await;
-    let controller = Controller::start(&h.host).await;
-    h.create_dev_with("fast", "pods-slow").await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev_with("fast", &slow).await;
     create(
         &h.tenant,
         configmap("shop", "settings", json!({"mode": "old"})),
@@ -396,7 +408,7 @@ async fn deletion_waits_for_the_host_pod_with_its_grace_period_and_unused_copies
     let one = predicted("one", "shop", "dev");
     wait_for(&host_pods, &one).await;
     wait_for(&host_pods, &predicted("two", "shop", "dev")).await;
-    kubelet_runs(&h.host, &one, "node-a").await;
+    kubelet_runs(&h.host, &h.ns, &one, "node-a").await;
     let tenant_pods = h.tenant_api("v1", "Pod", "shop");
     wait_for_that(&tenant_pods, "one", "finalizer", |p| {
         p.metadata.finalizers.is_some()
@@ -494,7 +506,7 @@ fn drain(
 #[tokio::test]
 async fn a_pod_deleted_while_the_host_does_not_answer_is_released_after_the_bound_and_collected_later()
  {
-    let (mut h, mut controller) = start().await;
+    let (mut h, mut controller) = start_own_host().await;
     create(&h.tenant, configmap("shop", "cfg", json!({"k": "v"}))).await;
     create(
         &h.tenant,
@@ -571,8 +583,8 @@ async fn a_pod_deleted_while_the_host_does_not_answer_is_released_after_the_boun
     // The host answers again: its Pod copy, and the ConfigMap copy no Pod uses, go.
     h.host_server.start().await.unwrap();
     let host = h.host_server.client().await.unwrap();
-    wait_gone(&dynamic(&host, "v1", "Pod", Some(HOST_NS)), &host_name).await;
-    wait_gone(&dynamic(&host, "v1", "ConfigMap", Some(HOST_NS)), &host_cm).await;
+    wait_gone(&dynamic(&host, "v1", "Pod", Some(&h.ns)), &host_name).await;
+    wait_gone(&dynamic(&host, "v1", "ConfigMap", Some(&h.ns)), &host_cm).await;
     controller.stop().await;
 }
 
@@ -675,7 +687,7 @@ async fn a_lost_host_pod_fails_the_tenant_pod_and_is_not_recreated() {
     let host_pods = h.host_api("v1", "Pod");
     let host_name = predicted("web", "shop", "dev");
     wait_for(&host_pods, &host_name).await;
-    kubelet_runs(&h.host, &host_name, "node-a").await;
+    kubelet_runs(&h.host, &h.ns, &host_name, "node-a").await;
     let tenant_pods = h.tenant_api("v1", "Pod", "shop");
     wait_for_that(&tenant_pods, "web", "Running", |p| {
         p.data["status"]["phase"] == "Running"
@@ -726,7 +738,7 @@ async fn service_account_tokens_come_from_the_tenant_into_a_host_secret_and_are_
     create(&h.tenant, pod("web", json!({"serviceAccountName": "builder", "containers": [{"name": "app", "image": "nginx"}],
         "volumes": [{"name": "token", "projected": {"sources": [
             {"serviceAccountToken": {"path": "token", "expirationSeconds": 600, "audience": "vault"}}]}}]}))).await;
-    let target = tenantplane_core::transform::TenantTarget::new("dev", HOST_NS).unwrap();
+    let target = tenantplane_core::transform::TenantTarget::new("dev", &h.ns).unwrap();
     let secret_name = tenantplane_core::pods::host_pod::token_secret_name(&target, "shop", "web");
     let host_pod = wait_for(&h.host_api("v1", "Pod"), &predicted("web", "shop", "dev")).await;
     assert_eq!(
@@ -895,16 +907,17 @@ async fn the_isolation_profile_refuses_by_field_with_a_warning_event() {
 
 #[tokio::test]
 async fn the_profiles_image_rules_refuse_a_pod_by_rule_and_field() {
-    let h = Harness::start().await;
-    create(&h.host, policy("pods", POD_KINDS, "2s")).await;
-    let mut ruled = profile("ruled", 1000, 2000);
+    let h = Harness::start_on_shared_host().await;
+    let (pods, ruled_name) = (h.named("pods"), h.named("ruled"));
+    create(&h.host, policy(&pods, POD_KINDS, "2s")).await;
+    let mut ruled = profile(&ruled_name, 1000, 2000);
     ruled["spec"]["level"] = json!("baseline");
     ruled["spec"]["rules"] = json!({"images": {"allowedRegistries": ["docker.io"],
         "allowedPullPolicies": ["Always", "IfNotPresent"]}});
     create(&h.host, ruled).await;
     create_namespace(&h.tenant, "shop").await;
-    let controller = Controller::start(&h.host).await;
-    h.create_dev_with("ruled", "pods").await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev_with(&ruled_name, &pods).await;
     create(
         &h.tenant,
         pod(
@@ -1018,7 +1031,7 @@ async fn a_deleted_claim_loses_its_claim_and_volume_copies_before_its_finalizer_
     bind_claim(&h).await;
     let host_pod = predicted("db", "shop", "dev");
     let host_claim = predicted("data", "shop", "dev");
-    let pv_name = predicted("pv-1", HOST_NS, "dev");
+    let pv_name = predicted("pv-1", &h.ns, "dev");
     wait_for(&h.host_api("v1", "Pod"), &host_pod).await;
     let host_claims = h.host_api("v1", "PersistentVolumeClaim");
     let host_pvs = dynamic(&h.host, "v1", "PersistentVolume", None);
@@ -1099,23 +1112,23 @@ async fn a_bound_claim_brings_its_volume_and_csi_secret_under_the_tenant_identit
         host_pod.data["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
         host_claim.as_str()
     );
-    let pv_name = predicted("pv-1", HOST_NS, "dev");
+    let pv_name = predicted("pv-1", &h.ns, "dev");
     let pv = dynamic(&h.host, "v1", "PersistentVolume", None)
         .get(&pv_name)
         .await
         .unwrap();
     assert_eq!(pv.data["spec"]["claimRef"]["name"], host_claim.as_str());
-    assert_eq!(pv.data["spec"]["claimRef"]["namespace"], HOST_NS);
+    assert_eq!(pv.data["spec"]["claimRef"]["namespace"], h.ns);
     assert_eq!(pv.data["spec"]["persistentVolumeReclaimPolicy"], "Retain");
     assert_eq!(
         pv.data["spec"]["csi"]["nodePublishSecretRef"],
-        json!({"name": predicted("csi-creds", "storage", "dev"), "namespace": HOST_NS})
+        json!({"name": predicted("csi-creds", "storage", "dev"), "namespace": h.ns})
     );
     assert_eq!(
         pv.metadata.labels.clone().unwrap()["tenantplane.io/tenant"],
         "dev"
     );
-    assert_eq!(annotations(&pv)["tenantplane.io/tenant-namespace"], HOST_NS);
+    assert_eq!(annotations(&pv)["tenantplane.io/tenant-namespace"], h.ns);
     let claim = h
         .host_api("v1", "PersistentVolumeClaim")
         .get(&host_claim)
@@ -1176,7 +1189,7 @@ async fn deleting_the_tenant_cluster_removes_what_pods_brought_and_releases_the_
     create(&h.tenant, pod("web", json!({"serviceAccountName": "default",
         "containers": [{"name": "app", "image": "nginx", "envFrom": [{"configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "db"}}]}],
         "volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]}))).await;
-    let target = tenantplane_core::transform::TenantTarget::new("dev", HOST_NS).unwrap();
+    let target = tenantplane_core::transform::TenantTarget::new("dev", &h.ns).unwrap();
     let token_secret = tenantplane_core::pods::host_pod::token_secret_name(&target, "shop", "web");
     let host_pods = h.host_api("v1", "Pod");
     wait_for(&host_pods, &predicted("web", "shop", "dev")).await;
@@ -1295,7 +1308,7 @@ async fn no_secret_data_in_any_log_line_decision_or_event() {
         "containers": [{"name": "app", "image": "nginx", "envFrom": [{"secretRef": {"name": "db"}}]}]}))).await;
     create(&h.tenant, pod("waits", json!({"containers": [{"name": "app", "image": "nginx", "envFrom": [{"secretRef": {"name": "later"}}]}]}))).await;
     wait_for(&h.host_api("v1", "Pod"), &predicted("web", "shop", "dev")).await;
-    let target = tenantplane_core::transform::TenantTarget::new("dev", HOST_NS).unwrap();
+    let target = tenantplane_core::transform::TenantTarget::new("dev", &h.ns).unwrap();
     let token_secret = tenantplane_core::pods::host_pod::token_secret_name(&target, "shop", "web");
     let tokens = wait_for(&h.host_api("v1", "Secret"), &token_secret).await;
     let encoded = tokens.data["data"]["token-0-0"]
@@ -1356,15 +1369,16 @@ fn service(name: &str, spec: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_profiles_service_rules_refuse_a_service_by_rule_and_field() {
-    let h = Harness::start().await;
-    create(&h.host, policy("svcs", &[("v1", "Service")], "2s")).await;
-    let mut ruled = profile("ruled", 1000, 2000);
+    let h = Harness::start_on_shared_host().await;
+    let (svcs, ruled_name) = (h.named("svcs"), h.named("ruled"));
+    create(&h.host, policy(&svcs, &[("v1", "Service")], "2s")).await;
+    let mut ruled = profile(&ruled_name, 1000, 2000);
     ruled["spec"]["rules"] = json!({"services": {"allowedTypes": ["ClusterIP", "ExternalName"],
         "allowedExternalNames": ["*.svc.example.com"]}});
     create(&h.host, ruled).await;
     create_namespace(&h.tenant, "shop").await;
-    let controller = Controller::start(&h.host).await;
-    h.create_dev_with("ruled", "svcs").await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev_with(&ruled_name, &svcs).await;
     let port = json!([{"port": 80, "targetPort": 8080}]);
     create(
         &h.tenant,

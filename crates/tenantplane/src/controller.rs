@@ -244,6 +244,7 @@ async fn serve(args: ControllerArgs) -> anyhow::Result<()> {
         });
         move || ControllerConfig {
             shards: shards.clone(),
+            namespace: None,
             host: host.clone(),
             metrics: Arc::clone(&metrics),
             decisions: decisions.clone(),

@@ -269,6 +269,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         }),
         tenant_webhook: None,
         shards: None,
+        namespace: None,
     };
     let controller = tokio::spawn(controller::run_with_routes(
         config,

@@ -98,6 +98,7 @@ impl World {
             }),
             tenant_webhook: None,
             shards: None,
+            namespace: None,
         };
         let controller = tokio::spawn(controller::run_with_routes(
             config,
