@@ -34,7 +34,7 @@ fn sync_decisions(h: &Harness) -> Api<DynamicObject> {
         &h.host,
         "tenantplane.io/v1alpha1",
         "SyncDecision",
-        Some(HOST_NS),
+        Some(&h.ns),
     )
 }
 
@@ -110,7 +110,7 @@ async fn tenant_and_host_configmaps(
 
 #[tokio::test]
 async fn two_tenant_clusters_in_one_namespace_keep_identically_named_objects_apart() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_shared_host().await;
     let qa_server = h
         .env
         .start_apiserver_with_crds("tenant-qa", tenant_crds())
@@ -119,16 +119,16 @@ async fn two_tenant_clusters_in_one_namespace_keep_identically_named_objects_apa
     let qa = qa_server.client().await.unwrap();
     kubeconfig_secret(
         &h.host,
-        HOST_NS,
+        &h.ns,
         "qa-kubeconfig",
         &qa_server.kubeconfig_yaml("admin").unwrap(),
     )
     .await;
-    let controller = Controller::start(&h.host).await;
+    let controller = Controller::start_for(&h).await;
     h.create_dev().await;
     create(
         &h.host,
-        tenant_cluster("qa", HOST_NS, "fast", "default", "qa-kubeconfig"),
+        tenant_cluster("qa", &h.ns, "fast", "default", "qa-kubeconfig"),
     )
     .await;
     for (client, who) in [(&h.tenant, "dev"), (&qa, "qa")] {
@@ -312,18 +312,14 @@ async fn a_tenant_api_server_stopped_and_restarted_mid_sync_converges_exactly() 
 /// TenantCluster (after stopping the tenant API server when `stop_tenant_first`)
 /// and checks everything it made is gone, and nothing else.
 async fn deleting_a_tenant_cluster_removes_what_it_made(stop_tenant_first: bool) {
-    let mut h = Harness::start().await;
+    let mut h = Harness::start_on_shared_host().await;
     let foreign_cm = create(
         &h.host,
-        configmap(HOST_NS, "not-ours", json!({"owner": "someone else"})),
+        configmap(&h.ns, "not-ours", json!({"owner": "someone else"})),
     )
     .await;
-    let foreign_secret = create(
-        &h.host,
-        secret(HOST_NS, "not-ours-either", json!({"k": "v"})),
-    )
-    .await;
-    let controller = Controller::start(&h.host).await;
+    let foreign_secret = create(&h.host, secret(&h.ns, "not-ours-either", json!({"k": "v"}))).await;
+    let controller = Controller::start_for(&h).await;
     h.create_dev().await;
     create(&h.tenant, configmap("default", "a", json!({"k": "a"}))).await;
     create(&h.tenant, configmap("default", "b", json!({"k": "b"}))).await;
@@ -795,8 +791,8 @@ async fn api_fairness_paces_host_writes_and_the_decisions_say_so() {
 #[tokio::test]
 async fn decisions_are_events_on_the_tenant_cluster_without_secret_data() {
     const PASSWORD: &str = "correct-horse-battery-staple-4417";
-    let h = Harness::start().await;
-    let controller = Controller::start(&h.host).await;
+    let h = Harness::start_on_shared_host().await;
+    let controller = Controller::start_for(&h).await;
     h.create_dev().await;
     create(
         &h.tenant,
@@ -830,7 +826,7 @@ async fn decisions_are_events_on_the_tenant_cluster_without_secret_data() {
     wait_gone(&cms, &a).await;
 
     let tc_uid = h.tenant_clusters().get("dev").await.unwrap().metadata.uid;
-    let events_api = dynamic(&h.host, "events.k8s.io/v1", "Event", Some(HOST_NS));
+    let events_api = dynamic(&h.host, "events.k8s.io/v1", "Event", Some(&h.ns));
     let events = eventually("Create, Update and Delete events", || async {
         let events: Vec<DynamicObject> = events_api
             .list(&ListParams::default())
@@ -898,11 +894,11 @@ async fn decisions_are_events_on_the_tenant_cluster_without_secret_data() {
 /// TenantCluster.
 #[tokio::test]
 async fn a_provisioned_control_plane_goes_through_its_phases() {
-    let h = Harness::start().await;
-    let controller = Controller::start(&h.host).await;
+    let h = Harness::start_on_shared_host().await;
+    let controller = Controller::start_for(&h).await;
     let tc = |name: &str, version: &str| {
         json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "TenantCluster",
-               "metadata": {"name": name, "namespace": HOST_NS},
+               "metadata": {"name": name, "namespace": h.ns},
                "spec": {"kubernetesVersion": version, "isolationProfileRef": {"name": "fast"},
                         "syncPolicyRef": {"name": "default"}}})
     };
@@ -918,7 +914,7 @@ async fn a_provisioned_control_plane_goes_through_its_phases() {
         &h.host,
         "tenantplane.io/v1alpha1",
         "TenantCluster",
-        Some(HOST_NS),
+        Some(&h.ns),
     );
     assert_eq!(
         tcs.get("prov").await.unwrap().data["status"]["phase"],
@@ -950,7 +946,7 @@ async fn a_provisioned_control_plane_goes_through_its_phases() {
     );
 
     // Play the StatefulSet controller and the kubelet: the pod becomes Ready.
-    let statefulsets: Api<StatefulSet> = Api::namespaced(h.host.clone(), &format!("{HOST_NS}-cp"));
+    let statefulsets: Api<StatefulSet> = Api::namespaced(h.host.clone(), &format!("{}-cp", h.ns));
     let sts = eventually("the control-plane StatefulSet", || async {
         statefulsets.get_opt("prov-cp").await.ok().flatten()
     })
@@ -968,10 +964,10 @@ async fn a_provisioned_control_plane_goes_through_its_phases() {
         )
         .await;
     assert!(
-        unreachable.contains("prov-cp.team-dev-cp.svc"),
+        unreachable.contains(&format!("prov-cp.{}-cp.svc", h.ns)),
         "{unreachable}"
     );
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(h.host.clone(), HOST_NS);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(h.host.clone(), &h.ns);
     assert!(secrets.get_opt("prov-kubeconfig").await.unwrap().is_some());
 
     for name in ["prov", "old"] {
@@ -1182,7 +1178,7 @@ async fn watches_by_resource(server: &tenantplane_testenv::ApiServer) -> BTreeMa
 /// TenantClusters they were a third of what the hub held.
 #[tokio::test]
 async fn the_shared_host_watch_caches_objects_without_managed_fields() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_shared_host().await;
     let cms = h.host_api("v1", "ConfigMap");
     let applied = cms
         .patch(
@@ -1190,7 +1186,7 @@ async fn the_shared_host_watch_caches_objects_without_managed_fields() {
             &PatchParams::apply("some-owner"),
             &Patch::Apply(json!({
                 "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "fields", "namespace": HOST_NS},
+                "metadata": {"name": "fields", "namespace": h.ns},
                 "data": {"a": "b"},
             })),
         )
@@ -1213,7 +1209,7 @@ async fn the_shared_host_watch_caches_objects_without_managed_fields() {
     let _subscription = watches.subscribe(
         &resource,
         None,
-        tenantplane_engine::host_watches::Interest::Namespace(HOST_NS.to_owned()),
+        tenantplane_engine::host_watches::Interest::Namespace(h.ns.clone()),
         Some(writer),
     );
     let cached = eventually("the ConfigMap in the subscriber's store", || {
@@ -1358,7 +1354,7 @@ async fn open_watches(
 /// was 2,000 TLS connections from one controller.
 #[tokio::test]
 async fn a_tenant_client_shares_one_http2_connection_between_its_watches() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_shared_host().await;
     let port = h.tenant_server.port();
     let kubeconfig =
         kube::config::Kubeconfig::from_yaml(&h.tenant_server.kubeconfig_yaml("admin").unwrap())
@@ -1386,4 +1382,61 @@ async fn a_tenant_client_shares_one_http2_connection_between_its_watches() {
     let plain = Client::try_from(config).unwrap();
     let _h1_watches = open_watches(&plain, 4).await;
     assert_eq!(connections_to(port), before + 1 + 4);
+}
+
+/// A controller scoped to one namespace (`ControllerConfig::namespace`, which the
+/// tests on the shared host rely on) leaves the TenantClusters of every other
+/// namespace alone.
+#[tokio::test]
+async fn a_controller_scoped_to_a_namespace_leaves_other_namespaces_alone() {
+    let h = Harness::start_on_shared_host().await;
+    let other = format!("{}-other", h.ns);
+    create_namespace(&h.host, &other).await;
+    kubeconfig_secret(
+        &h.host,
+        &other,
+        "dev-kubeconfig",
+        &h.tenant_server.kubeconfig_yaml("admin").unwrap(),
+    )
+    .await;
+    create(
+        &h.host,
+        tenant_cluster("dev", &other, "fast", "default", "dev-kubeconfig"),
+    )
+    .await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev().await;
+    create(&h.tenant, configmap("default", "app", json!({"k": "v"}))).await;
+    let copy = predicted("app", "default", "dev");
+    wait_for(&h.host_api("v1", "ConfigMap"), &copy).await;
+    h.wait_synced("dev").await;
+    // By now a controller of every namespace would have given the other
+    // TenantCluster its finalizer, its status and the same copy.
+    let theirs = dynamic(
+        &h.host,
+        "tenantplane.io/v1alpha1",
+        "TenantCluster",
+        Some(&other),
+    )
+    .get("dev")
+    .await
+    .unwrap();
+    assert!(
+        theirs.metadata.finalizers.unwrap_or_default().is_empty(),
+        "the other namespace's TenantCluster got a finalizer"
+    );
+    assert!(
+        theirs.data.get("status").is_none(),
+        "the other namespace's TenantCluster got a status: {:?}",
+        theirs.data.get("status")
+    );
+    assert!(
+        dynamic(&h.host, "v1", "ConfigMap", Some(&other))
+            .get_opt(&copy)
+            .await
+            .unwrap()
+            .is_none(),
+        "a copy was made in the other namespace"
+    );
+    controller.stop().await;
 }
