@@ -180,8 +180,8 @@ async fn a_service_has_one_cluster_ip_and_its_node_ports_on_both_sides_and_settl
 
 #[tokio::test]
 async fn load_balancer_status_flows_back_to_the_tenant_service() {
-    let h = Harness::start().await;
-    let controller = Controller::start(&h.host).await;
+    let h = Harness::start_on_shared_host().await;
+    let controller = Controller::start_for(&h).await;
     h.create_dev().await;
     create(
         &h.tenant,

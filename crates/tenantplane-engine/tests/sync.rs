@@ -11,9 +11,9 @@ use serde_json::json;
 
 #[tokio::test]
 async fn create_update_and_delete_reach_the_host_for_core_kinds_and_a_crd() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_shared_host().await;
     create_namespace(&h.tenant, "web").await;
-    let controller = Controller::start(&h.host).await;
+    let controller = Controller::start_for(&h).await;
     h.create_dev().await;
 
     create(
@@ -83,7 +83,7 @@ async fn create_update_and_delete_reach_the_host_for_core_kinds_and_a_crd() {
         &h.host,
         "tenantplane.io/v1alpha1",
         "SyncDecision",
-        Some(HOST_NS),
+        Some(&h.ns),
     );
     let decisions = eventually("decisions recorded", || {
         let api = sd_api.clone();
@@ -128,7 +128,7 @@ async fn create_update_and_delete_reach_the_host_for_core_kinds_and_a_crd() {
     assert_eq!(create["tenant"]["namespace"], "web");
     assert_eq!(create["tenant"]["name"], "settings");
     assert!(create["tenant"]["uid"].is_string());
-    assert_eq!(create["host"]["namespace"], HOST_NS);
+    assert_eq!(create["host"]["namespace"], h.ns);
     assert_eq!(create["host"]["name"], host_name.as_str());
     assert!(create["reason"].as_str().unwrap().contains("synced toHost"));
     // No Secret data in any decision.
@@ -231,8 +231,8 @@ async fn a_foreign_object_in_the_target_name_is_skipped_and_never_touched() {
 
 #[tokio::test]
 async fn host_edits_and_deletions_are_restored() {
-    let h = Harness::start().await;
-    let controller = Controller::start(&h.host).await;
+    let h = Harness::start_on_shared_host().await;
+    let controller = Controller::start_for(&h).await;
     h.create_dev().await;
     create(
         &h.tenant,
@@ -265,11 +265,11 @@ async fn host_edits_and_deletions_are_restored() {
 
 #[tokio::test]
 async fn tricky_names_and_forged_labels() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_shared_host().await;
     for ns in ["c", "b-x-c", &"n".repeat(63)] {
         create_namespace(&h.tenant, ns).await;
     }
-    let controller = Controller::start(&h.host).await;
+    let controller = Controller::start_for(&h).await;
     h.create_dev().await;
     let long = "l".repeat(253);
     let cases = [
