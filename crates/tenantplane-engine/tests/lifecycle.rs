@@ -226,11 +226,11 @@ async fn two_tenant_clusters_in_one_namespace_keep_identically_named_objects_apa
 
 #[tokio::test]
 async fn a_tenant_api_server_stopped_and_restarted_mid_sync_converges_exactly() {
-    let mut h = Harness::start().await;
+    let mut h = Harness::start_on_shared_host().await;
     // Paced, so the outage begins while most creates are still queued.
-    create(&h.host, profile("paced", 10, 1)).await;
-    let controller = Controller::start(&h.host).await;
-    h.create_dev_with("paced", "default").await;
+    create(&h.host, profile(&h.named("paced"), 10, 1)).await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev_with(&h.named("paced"), "default").await;
     h.wait_synced("dev").await;
     for i in 0..40 {
         create(
@@ -490,18 +490,18 @@ async fn unresolvable_references_degrade_with_a_reason_naming_the_missing_thing(
 
 #[tokio::test]
 async fn a_kind_the_tenant_does_not_serve_is_reported_while_the_others_sync() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_shared_host().await;
     create(
         &h.host,
         policy(
-            "with-gadget",
+            &h.named("with-gadget"),
             &[("v1", "ConfigMap"), ("example.com/v1", "Gadget")],
             "2s",
         ),
     )
     .await;
-    let controller = Controller::start(&h.host).await;
-    h.create_dev_with("fast", "with-gadget").await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev_with("fast", &h.named("with-gadget")).await;
     create(&h.tenant, configmap("default", "app", json!({"k": "v"}))).await;
     let cms = h.host_api("v1", "ConfigMap");
     let name = predicted("app", "default", "dev");
@@ -616,14 +616,18 @@ async fn tenant_configmap_lists(h: &Harness) -> u64 {
 
 #[tokio::test]
 async fn allocated_and_immutable_fields_are_kept_when_the_tenant_updates() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_shared_host().await;
     create(
         &h.host,
-        policy("with-pods", &[("v1", "Service"), ("v1", "Pod")], "2s"),
+        policy(
+            &h.named("with-pods"),
+            &[("v1", "Service"), ("v1", "Pod")],
+            "2s",
+        ),
     )
     .await;
-    let controller = Controller::start(&h.host).await;
-    h.create_dev_with("fast", "with-pods").await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev_with("fast", &h.named("with-pods")).await;
     create(&h.tenant, json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
         "spec": {"type": "NodePort", "ports": [{"port": 80, "targetPort": 8080}], "selector": {"app": "web"}}})).await;
 
@@ -734,8 +738,8 @@ async fn allocated_and_immutable_fields_are_kept_when_the_tenant_updates() {
 
 #[tokio::test]
 async fn api_fairness_paces_host_writes_and_the_decisions_say_so() {
-    let h = Harness::start().await;
-    create(&h.host, profile("paced", 5, 1)).await;
+    let h = Harness::start_on_shared_host().await;
+    create(&h.host, profile(&h.named("paced"), 5, 1)).await;
     for i in 0..10 {
         create(
             &h.tenant,
@@ -743,9 +747,9 @@ async fn api_fairness_paces_host_writes_and_the_decisions_say_so() {
         )
         .await;
     }
-    let controller = Controller::start(&h.host).await;
+    let controller = Controller::start_for(&h).await;
     let start = Instant::now();
-    h.create_dev_with("paced", "default").await;
+    h.create_dev_with(&h.named("paced"), "default").await;
     let cms = h.host_api("v1", "ConfigMap");
     let mut expected: Vec<String> = (0..10)
         .map(|i| predicted(&format!("cm-{i}"), "default", "dev"))
