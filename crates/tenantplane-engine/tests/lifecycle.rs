@@ -528,9 +528,12 @@ async fn a_kind_the_tenant_does_not_serve_is_reported_while_the_others_sync() {
 
 #[tokio::test]
 async fn a_kind_removed_from_the_policy_stops_syncing_and_its_copies_stay_until_deletion() {
-    let h = Harness::start().await;
-    let controller = Controller::start(&h.host).await;
-    h.create_dev().await;
+    let h = Harness::start_on_shared_host().await;
+    // A policy of its own: the test changes it.
+    let own_policy = h.named("default");
+    create(&h.host, policy(&own_policy, DEFAULT_KINDS, "2s")).await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev_with("fast", &own_policy).await;
     create(&h.tenant, secret("default", "old", json!({"k": "old"}))).await;
     let secrets = h.host_api("v1", "Secret");
     let old_name = predicted("old", "default", "dev");
@@ -543,10 +546,10 @@ async fn a_kind_removed_from_the_policy_stops_syncing_and_its_copies_stay_until_
         .copied()
         .filter(|(_, kind)| *kind != "Secret")
         .collect();
-    let patched = policy("default", &kept, "2s");
+    let patched = policy(&own_policy, &kept, "2s");
     merge_patch(
         &dynamic(&h.host, "tenantplane.io/v1alpha1", "SyncPolicy", None),
-        "default",
+        &own_policy,
         json!({"spec": {"resources": patched["spec"]["resources"]}}),
     )
     .await;
