@@ -282,7 +282,11 @@ impl TestEnv {
     pub async fn start_apiserver_with(&self, options: ApiServerOptions) -> Result<ApiServer> {
         let prefix = format!("{}/{}", self.prefix, options.name);
         let etcd_url = self.etcd.url();
-        let key = snapshot::template_key(etcd_url, &options.extra_args, &options.crds)?;
+        // A stock server bootstraps API Priority and Fairness objects a lean one
+        // does not: their storage differs.
+        let mut flags = options.extra_args.clone();
+        flags.push(format!("all-beta-apis={}", options.all_beta_apis));
+        let key = snapshot::template_key(etcd_url, &flags, &options.crds)?;
         let template = match snapshot::template_for(&key) {
             Some(template) if snapshot::is_empty(etcd_url, &prefix).await? => {
                 snapshot::copy_prefix(etcd_url, &template, &prefix).await?;
