@@ -4,9 +4,8 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
 
-use harness::*;
+use crate::harness::*;
 use serde_json::{Value, json};
 use tenantplane_engine::tenant_dns::DnsDeployment;
 

@@ -6,12 +6,11 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use harness::*;
+use crate::harness::*;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};

@@ -4,9 +4,8 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
 
-use harness::*;
+use crate::harness::*;
 use kube::Client;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};

@@ -5,11 +5,10 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
 
 use std::time::Duration;
 
-use harness::*;
+use crate::harness::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::LogParams;

@@ -8,12 +8,11 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::{eventually, eventually_within};
+use crate::harness::{eventually, eventually_within};
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};

@@ -5,11 +5,10 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use harness::*;
+use crate::harness::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
 use kube::api::{DynamicObject, ListParams};

@@ -6,11 +6,10 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
 
 use std::time::Duration;
 
-use harness::*;
+use crate::harness::*;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use tenantplane_testenv::{ApiServerOptions, TestEnv};

@@ -6,12 +6,11 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use harness::eventually;
+use crate::harness::eventually;
 use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};

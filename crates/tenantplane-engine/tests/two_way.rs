@@ -4,11 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
 
 use std::time::Duration;
 
-use harness::*;
+use crate::harness::*;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
