@@ -14,6 +14,9 @@
 #   checkout: scripts/test-times.txt); a binary with no time goes before the known
 #   ones if it is an integration test, after them if it holds unit tests.
 # - Every binary runs even when one fails; the script fails if any did.
+# - A crate's integration tests are one binary (tests/main.rs, a module per file, as
+#   linking a binary per file cost more build time); each module runs as a job of its
+#   own, as its file did when it was a binary.
 #
 # TENANTPLANE_TEST_JOBS sets how many binaries run at once (default 3).
 set -euo pipefail
@@ -58,31 +61,76 @@ previous_secs() { # seconds the label took last run, or empty
   awk -F'\t' -v l="$1" '$2 == l { print $1 }' "$known_times" | tail -n1
 }
 
-# Jobs (seconds, label, executable, directory): the node lane, then each other
-# binary, ordered longest first.
+# A merged integration-test binary (tests/main.rs, one module per former test file)
+# runs as one job per module, labelled as that file's binary was, so the recorded
+# times, the ordering and the node lane stay per module. Writes "module<TAB>source<TAB>names file"
+# lines and one file of exact test names per module into $out/names/.
+split_modules() { # label executable directory source
+  local label=$1 exe=$2 dir=$3 src=$4 tests_dir names
+  tests_dir=$(dirname "$src")
+  names="$out/names/${label//[^A-Za-z0-9_.-]/_}"
+  mkdir -p "$names"
+  (cd "$dir" && "$exe" --list --format terse) > "$names.list"
+  sed -n 's/^\([A-Za-z0-9_]*\)::\(.*\): test$/\1 \1::\2/p' "$names.list" |
+    while read -r module name; do printf '%s\n' "$name" >> "$names/$module"; done
+  # A test outside every module would run in no job: refuse rather than skip it.
+  if grep -v '::' "$names.list" | grep -q ': test$'; then
+    echo "$label: tests outside a module of $src:" >&2
+    grep -v '::' "$names.list" | grep ': test$' >&2
+    return 1
+  fi
+  for f in "$names"/*; do
+    [[ -e $f ]] || continue
+    local module
+    module=$(basename "$f")
+    local module_src="$tests_dir/$module.rs"
+    [[ -f $module_src ]] || module_src="$tests_dir/$module/mod.rs"
+    printf '%s\t%s\t%s\n' "$module" "$module_src" "$f"
+  done
+}
+
+# Jobs (seconds, label, executable, directory, names file or empty): the node lane,
+# then each other binary or module, ordered longest first.
 : > "$out/jobs"
 : > "$out/node-lane"
 lane_secs=0
-while IFS=$'\t' read -r label exe dir kind src; do
+add_job() { # label executable directory kind source names
+  local label=$1 exe=$2 dir=$3 kind=$4 src=$5 names=$6 secs
   secs=$(previous_secs "$label")
   if grep -q 'RealNode' "$src" 2>/dev/null; then
-    printf '%s\t%s\t%s\n' "$label" "$exe" "$dir" >> "$out/node-lane"
+    printf '%s\t%s\t%s\t%s\n' "$label" "$exe" "$dir" "$names" >> "$out/node-lane"
     # A member with no recorded time puts the lane first.
     lane_secs=$(awk -v a="$lane_secs" -v b="${secs:-1000000}" 'BEGIN { print a + b }')
-    continue
+    return
   fi
   if [[ -z $secs ]]; then
     if [[ $kind == test ]]; then secs=1000; else secs=0; fi
   fi
-  printf '%s\t%s\t%s\t%s\n' "$secs" "$label" "$exe" "$dir" >> "$out/jobs"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$secs" "$label" "$exe" "$dir" "$names" >> "$out/jobs"
+}
+jobs_count=0
+while IFS=$'\t' read -r label exe dir kind src; do
+  if [[ $kind == test && $(basename "$src") == main.rs ]]; then
+    split_modules "$label" "$exe" "$dir" "$src" > "$out/modules"
+    while IFS=$'\t' read -r module module_src names; do
+      add_job "$(basename "$dir")::$module" "$exe" "$dir" "$kind" "$module_src" "$names"
+      jobs_count=$((jobs_count + 1))
+    done < "$out/modules"
+  else
+    add_job "$label" "$exe" "$dir" "$kind" "$src" ""
+    jobs_count=$((jobs_count + 1))
+  fi
 done < "$out/binaries"
-[[ ! -s $out/node-lane ]] || printf '%s\tnode-lane\t\t\n' "$lane_secs" >> "$out/jobs"
+[[ ! -s $out/node-lane ]] || printf '%s\tnode-lane\t\t\t\n' "$lane_secs" >> "$out/jobs"
 
-run_binary() { # label executable directory: runs it, then prints its output in one piece
-  local label=$1 exe=$2 dir=$3 start end rc=0
+run_binary() { # label executable directory [names file]: runs it (only those tests,
+  # matched exactly, when a names file is given), then prints its output in one piece
+  local label=$1 exe=$2 dir=$3 names=${4:-} start end rc=0
+  local args=()
+  [[ -z $names ]] || { mapfile -t args < "$names"; args=(--exact "${args[@]}"); }
   local log="$out/logs/${label//[^A-Za-z0-9_.-]/_}.log"
   start=$(date +%s.%N)
-  (cd "$dir" && "$exe") > "$log" 2>&1 || rc=$?
+  (cd "$dir" && "$exe" "${args[@]}") > "$log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   local secs
   secs=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }')
@@ -99,22 +147,22 @@ run_binary() { # label executable directory: runs it, then prints its output in 
   } 9> "$out/print.lock"
 }
 
-run_job() { # label executable directory, or node-lane: its binaries one after another
+run_job() { # label executable directory names, or node-lane: its jobs one after another
   if [[ $1 == node-lane ]]; then
-    local label exe dir
+    local label exe dir names
     # On fd 3, so the test binaries do not get the list as their stdin.
-    while IFS=$'\t' read -r -u 3 label exe dir; do run_binary "$label" "$exe" "$dir"; done 3< "$out/node-lane"
+    while IFS=$'\t' read -r -u 3 label exe dir names; do run_binary "$label" "$exe" "$dir" "$names"; done 3< "$out/node-lane"
   else
     run_binary "$@"
   fi
 }
 
-printf '==> running %s test binaries, %s at a time\n\n' "$count" "$jobs"
+printf '==> running %s test binaries as %s jobs, %s at a time\n\n' "$count" "$jobs_count" "$jobs"
 started=$(date +%s)
 : > "$out/results"
-while IFS=$'\t' read -r _ label exe dir; do
+while IFS=$'\t' read -r _ label exe dir names; do
   while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
-  run_job "$label" "$exe" "$dir" &
+  run_job "$label" "$exe" "$dir" "$names" &
 done < <(sort -t$'\t' -k1,1nr "$out/jobs")
 wait
 
@@ -127,8 +175,8 @@ cut -f1,2 "$out/results" > "$times_file"
 ran=$(wc -l < "$out/results")
 failed=$(awk -F'\t' '$3 != 0 { print "  " $2 " (exit " $3 ")" }' "$out/results")
 summary=$(awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "%d passed, %d failed, %d ignored", p, f, i }' "$out"/logs/*.log)
-printf '==> %s of %s test binaries ran in %ss: %s\n' "$ran" "$count" "$elapsed" "$summary"
-if [[ -n $failed || $ran -ne $count || $doc_rc -ne 0 ]]; then
+printf '==> %s of %s jobs ran in %ss: %s\n' "$ran" "$jobs_count" "$elapsed" "$summary"
+if [[ -n $failed || $ran -ne $jobs_count || $doc_rc -ne 0 ]]; then
   [[ -z $failed ]] || printf 'failed:\n%s\n' "$failed"
   ((doc_rc == 0)) || echo "doc tests failed"
   exit 1

@@ -4,7 +4,6 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-
 use crate::harness::*;
 use serde_json::{Value, json};
 use tenantplane_engine::tenant_dns::DnsDeployment;

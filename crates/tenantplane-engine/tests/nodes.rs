@@ -5,7 +5,6 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-
 use crate::harness::*;
 use kube::Client;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};

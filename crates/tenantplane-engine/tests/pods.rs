@@ -4,7 +4,6 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-
 use crate::harness::*;
 use kube::Client;
 use kube::api::{DeleteParams, Patch, PatchParams};

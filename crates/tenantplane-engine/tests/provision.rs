@@ -5,11 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
 use crate::harness::{HOST_NS, create_namespace, eventually, play_statefulset_and_kubelet};
+use base64::Engine as _;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
     LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Secret, Service,

@@ -8,7 +8,6 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-
 use std::sync::Arc;
 use std::time::Duration;
 

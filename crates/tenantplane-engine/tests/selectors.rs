@@ -5,7 +5,6 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::harness::*;

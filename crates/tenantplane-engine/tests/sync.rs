@@ -3,7 +3,6 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-
 use crate::harness::*;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;

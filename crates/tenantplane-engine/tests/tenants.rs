@@ -6,7 +6,6 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

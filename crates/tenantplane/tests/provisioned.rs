@@ -9,17 +9,15 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod real_node_common;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::real_node_common::{kubectl, tenancy_defaults};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, Secret, Service};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
-use real_node_common::{kubectl, tenancy_defaults};
 use serde_json::json;
 use tenantplane_api::{SyncPolicy, SyncPolicySpec, TenantCluster};
 use tenantplane_testenv::node::image::Image;

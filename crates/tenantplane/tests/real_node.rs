@@ -11,18 +11,16 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod real_node_common;
-
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::real_node_common::{kubectl, meta, tenancy_defaults};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use real_node_common::{kubectl, meta, tenancy_defaults};
 use serde_json::json;
 use tenantplane_testenv::node::image::Image;
 use tenantplane_testenv::{ApiServer, ApiServerOptions, ControllerManager, RealNode, TestEnv};

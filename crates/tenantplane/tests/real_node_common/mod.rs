@@ -1,6 +1,9 @@
 //! What the real-node tests of this crate share: kubectl off the runtime, and a
 //! host namespace with the IsolationProfile and SyncPolicy its TenantClusters use.
 
+// Tests assert by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Namespace;

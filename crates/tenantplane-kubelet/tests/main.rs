@@ -1,0 +1,8 @@
+//! This crate's integration tests, one binary (see tenantplane-engine's tests/main.rs for why):
+//! scripts/run-tests.sh runs one module per job.
+
+mod common;
+mod kubectl;
+mod node_proxy;
+mod real_node;
+mod refusals;

@@ -1,0 +1,20 @@
+//! The CLI's and binary's integration tests, one binary (see the engine's tests/main.rs for why):
+//! scripts/run-tests.sh runs one module per job.
+
+mod apiserver;
+mod cli;
+mod commands;
+mod connect;
+mod dns;
+mod install;
+mod kustomize;
+mod namespace_webhook;
+mod plugin;
+mod provisioned;
+mod real_node;
+mod real_node_common;
+mod samples;
+mod shards;
+mod status;
+mod webhook_metrics;
+mod webhook_outage;
