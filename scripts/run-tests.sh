@@ -73,6 +73,15 @@ split_modules() { # label executable directory source
   (cd "$dir" && "$exe" --list --format terse) > "$names.list"
   sed -n 's/^\([A-Za-z0-9_]*\)::\(.*\): test$/\1 \1::\2/p' "$names.list" |
     while read -r module name; do printf '%s\n' "$name" >> "$names/$module"; done
+  # A file that main.rs does not declare would be compiled and run by nothing.
+  local file
+  for file in "$tests_dir"/*.rs; do
+    [[ $(basename "$file") == main.rs ]] && continue
+    if ! grep -q "^mod $(basename "$file" .rs);" "$src"; then
+      echo "$label: $src does not declare $file" >&2
+      return 1
+    fi
+  done
   # A test outside every module would run in no job: refuse rather than skip it.
   if grep -v '::' "$names.list" | grep -q ': test$'; then
     echo "$label: tests outside a module of $src:" >&2

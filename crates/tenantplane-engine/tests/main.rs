@@ -4,6 +4,7 @@
 //! cores). scripts/run-tests.sh still runs each module as a job of its own (its own
 //! process, so its own shared host API server), with the tests named exactly.
 
+mod dns;
 mod harness;
 mod leader;
 mod lifecycle;

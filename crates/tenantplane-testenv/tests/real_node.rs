@@ -250,7 +250,8 @@ async fn a_run_killed_without_unwinding_is_undone_by_the_next_start() {
     let before = machine_state();
 
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "killed_node_child", "--nocapture"])
+        // The child test's name in this binary: the module (this file) and the test.
+        .args(["--exact", "real_node::killed_node_child", "--nocapture"])
         .env(KILLED_NODE_ASSETS, hanging.path())
         .stdout(std::process::Stdio::null())
         .spawn()
