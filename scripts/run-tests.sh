@@ -13,12 +13,12 @@
 # - Longest first, from the times the previous run recorded in target/ (a fresh
 #   checkout: scripts/test-times.txt); a binary with no time goes before the known
 #   ones if it is an integration test, after them if it holds unit tests.
-# - Every binary runs even when one fails; the script fails if any did.
+# - Every job runs even when one fails; the script fails if any did.
 # - A crate's integration tests are one binary (tests/main.rs, a module per file, as
 #   linking a binary per file cost more build time); each module runs as a job of its
 #   own, as its file did when it was a binary.
 #
-# TENANTPLANE_TEST_JOBS sets how many binaries run at once (default 3).
+# TENANTPLANE_TEST_JOBS sets how many jobs run at once (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,7 +66,7 @@ previous_secs() { # seconds the label took last run, or empty
 # times, the ordering and the node lane stay per module. Writes "module<TAB>source<TAB>names file"
 # lines and one file of exact test names per module into $out/names/.
 split_modules() { # label executable directory source
-  local label=$1 exe=$2 dir=$3 src=$4 tests_dir names
+  local label=$1 exe=$2 dir=$3 src=$4 tests_dir names file f module module_src
   tests_dir=$(dirname "$src")
   names="$out/names/${label//[^A-Za-z0-9_.-]/_}"
   mkdir -p "$names"
@@ -74,7 +74,6 @@ split_modules() { # label executable directory source
   sed -n 's/^\([A-Za-z0-9_]*\)::\(.*\): test$/\1 \1::\2/p' "$names.list" |
     while read -r module name; do printf '%s\n' "$name" >> "$names/$module"; done
   # A file that main.rs does not declare would be compiled and run by nothing.
-  local file
   for file in "$tests_dir"/*.rs; do
     [[ $(basename "$file") == main.rs ]] && continue
     if ! grep -q "^mod $(basename "$file" .rs);" "$src"; then
@@ -90,9 +89,8 @@ split_modules() { # label executable directory source
   fi
   for f in "$names"/*; do
     [[ -e $f ]] || continue
-    local module
     module=$(basename "$f")
-    local module_src="$tests_dir/$module.rs"
+    module_src="$tests_dir/$module.rs"
     [[ -f $module_src ]] || module_src="$tests_dir/$module/mod.rs"
     printf '%s\t%s\t%s\n' "$module" "$module_src" "$f"
   done

@@ -220,6 +220,15 @@ async fn a_failed_start_leaves_the_machine_as_it_was() {
 
 const KILLED_NODE_ASSETS: &str = "TENANTPLANE_TEST_KILLED_NODE_ASSETS";
 
+/// A test of this file as the test binary names it: its module path without the
+/// crate, so the name follows the file into whatever binary holds it.
+fn test_name(test: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{test}"),
+        None => test.to_owned(),
+    }
+}
+
 /// Not a test on its own: the child process that
 /// `a_run_killed_without_unwinding_is_undone_by_the_next_start` kills while its node
 /// starts. Returns at once unless that test started it.
@@ -250,8 +259,7 @@ async fn a_run_killed_without_unwinding_is_undone_by_the_next_start() {
     let before = machine_state();
 
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        // The child test's name in this binary: the module (this file) and the test.
-        .args(["--exact", "real_node::killed_node_child", "--nocapture"])
+        .args(["--exact", &test_name("killed_node_child"), "--nocapture"])
         .env(KILLED_NODE_ASSETS, hanging.path())
         .stdout(std::process::Stdio::null())
         .spawn()
