@@ -681,19 +681,20 @@ async fn an_ingress_names_host_copies_is_refused_a_taken_host_name_and_gets_its_
 
 #[tokio::test]
 async fn an_ingress_tls_secret_is_copied_like_a_pod_dependency_and_collected_with_it() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_shared_host().await;
+    let web = h.named("web");
     // Secrets are not synced for their own sake: only the Ingress brings its own.
     create(
         &h.host,
         policy(
-            "web",
+            &web,
             &[("v1", "Pod"), ("networking.k8s.io/v1", "Ingress")],
             "2s",
         ),
     )
     .await;
-    let controller = Controller::start(&h.host).await;
-    h.create_dev_with("fast", "web").await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev_with("fast", &web).await;
     create(&h.tenant, json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "shop", "namespace": "default"},
         "spec": {"tls": [{"hosts": ["shop.example.com"], "secretName": "shop-tls"}],
@@ -776,17 +777,18 @@ async fn an_ingress_tls_secret_is_copied_like_a_pod_dependency_and_collected_wit
 
 #[tokio::test]
 async fn an_ingress_of_a_class_the_profile_does_not_allow_is_refused() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_shared_host().await;
+    let (web, classes) = (h.named("web"), h.named("classes"));
     create(
         &h.host,
-        policy("web", &[("networking.k8s.io/v1", "Ingress")], "2s"),
+        policy(&web, &[("networking.k8s.io/v1", "Ingress")], "2s"),
     )
     .await;
-    create(&h.host, json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile", "metadata": {"name": "classes"},
+    create(&h.host, json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile", "metadata": {"name": classes},
         "spec": {"level": "restricted", "controls": {"apiFairness": {"qps": 1000, "burst": 2000},
                  "allowedIngressClasses": ["internal"]}}})).await;
-    let controller = Controller::start(&h.host).await;
-    h.create_dev_with("classes", "web").await;
+    let controller = Controller::start_for(&h).await;
+    h.create_dev_with(&classes, &web).await;
     let ingress = |name: &str, class: &str| {
         json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": name, "namespace": "default"},
