@@ -10,22 +10,23 @@ use tenantplane_engine::tenant_dns::DnsDeployment;
 
 #[tokio::test]
 async fn the_controller_runs_the_tenant_dns_and_host_pods_resolve_through_it() {
-    let h = Harness::start().await;
-    create(&h.host, policy("pods", &[("v1", "Pod")], "2s")).await;
+    let h = Harness::start_on_shared_host().await;
+    let pods = h.named("pods");
+    create(&h.host, policy(&pods, &[("v1", "Pod")], "2s")).await;
     create_namespace(&h.tenant, "shop").await;
     // A foreign Role under the DNS name is never taken over.
     create(
         &h.host,
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "tenantplane-dns-dev", "namespace": HOST_NS}, "rules": []}),
+        "metadata": {"name": "tenantplane-dns-dev", "namespace": h.ns}, "rules": []}),
     )
     .await;
     let dns = DnsDeployment {
         image: "example.invalid/tenantplane:test".into(),
         cluster_domain: "cluster.local".into(),
     };
-    let _controller = Controller::start_with_dns(&h.host, Some(dns)).await;
-    h.create_dev_with("fast", "pods").await;
+    let _controller = Controller::start_for_with_dns(&h, dns).await;
+    h.create_dev_with("fast", &pods).await;
 
     // The DNS objects, owned by the TenantCluster and labelled.
     let name = "tenantplane-dns-dev";
@@ -66,7 +67,7 @@ async fn the_controller_runs_the_tenant_dns_and_host_pods_resolve_through_it() {
         .collect();
     assert_eq!(
         &args[..3],
-        ["dns", "--tenant-cluster", &format!("{HOST_NS}/dev")]
+        ["dns", "--tenant-cluster", &format!("{}/dev", h.ns)]
     );
     let ports: Vec<(i64, &str)> = service.data["spec"]["ports"]
         .as_array()

@@ -86,6 +86,11 @@ impl Controller {
         Self::start_scoped(&h.host, None, None, h.scope()).await
     }
 
+    /// [`Controller::start_for`] with a DNS server per TenantCluster.
+    pub async fn start_for_with_dns(h: &Harness, dns: DnsDeployment) -> Controller {
+        Self::start_scoped(&h.host, Some(dns), None, h.scope()).await
+    }
+
     async fn start_scoped(
         host: &Client,
         dns: Option<DnsDeployment>,
@@ -190,7 +195,7 @@ impl std::ops::DerefMut for HostServer {
 /// `fast` and policy `default`. Started by the first test that asks, on the
 /// shared etcd; it never drops (its process dies with the test binary, and its
 /// directory is removed after the binary exits).
-fn shared_host() -> &'static ApiServer {
+pub fn shared_host() -> &'static ApiServer {
     struct SharedHost {
         _env: TestEnv,
         server: ApiServer,

@@ -7,25 +7,25 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::harness::shared_host;
 use tenantplane_engine::leader::{LeaseConfig, run_as_leader};
 use tenantplane_testenv::TestEnv;
 use tokio_util::sync::CancellationToken;
 
-fn fast(holder: &str) -> LeaseConfig {
+/// Lease `lease` in `default`: a name per test, as two of them share a host.
+fn fast(lease: &str, holder: &str) -> LeaseConfig {
     LeaseConfig {
         lease_duration: Duration::from_secs(2),
         renew_every: Duration::from_millis(300),
         renew_deadline: Duration::from_millis(1500),
         retry_every: Duration::from_millis(200),
-        ..LeaseConfig::new("default", "tenantplane-controller", holder)
+        ..LeaseConfig::new("default", lease, holder)
     }
 }
 
 #[tokio::test]
 async fn only_one_replica_leads_and_a_standby_takes_over() {
-    let env = TestEnv::start_shared().await.unwrap();
-    let server = env.start_apiserver("host").await.unwrap();
-    let client = server.client().await.unwrap();
+    let client = shared_host().client().await.unwrap();
 
     let active = Arc::new(AtomicUsize::new(0));
     let most_at_once = Arc::new(AtomicUsize::new(0));
@@ -40,7 +40,7 @@ async fn only_one_replica_leads_and_a_standby_takes_over() {
         );
         let task = tokio::spawn(run_as_leader(
             client.clone(),
-            fast(holder),
+            fast("takeover", holder),
             shutdown.clone(),
             move |lost| {
                 let (active, most, runs) =
@@ -110,7 +110,7 @@ async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
     let env = TestEnv::start_shared().await.unwrap();
     let mut server = env.start_apiserver("host").await.unwrap();
     let client = server.client().await.unwrap();
-    let config = fast("replica-a");
+    let config = fast("step-down", "replica-a");
     let (deadline, duration) = (config.renew_deadline, config.lease_duration);
     let started = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let stopped = Arc::new(std::sync::Mutex::new(None::<Instant>));
@@ -166,9 +166,7 @@ async fn a_lease_is_taken_over_after_a_term_of_local_time_whatever_its_renew_tim
     use kube::Api;
     use kube::api::{ObjectMeta, PostParams};
 
-    let env = TestEnv::start_shared().await.unwrap();
-    let server = env.start_apiserver("host").await.unwrap();
-    let client = server.client().await.unwrap();
+    let client = shared_host().client().await.unwrap();
     let term_seconds = 3;
     let an_hour_ago = Timestamp::now()
         .checked_sub(SignedDuration::from_hours(1))
@@ -178,7 +176,7 @@ async fn a_lease_is_taken_over_after_a_term_of_local_time_whatever_its_renew_tim
             &PostParams::default(),
             &Lease {
                 metadata: ObjectMeta {
-                    name: Some("tenantplane-controller".into()),
+                    name: Some("skewed-clock".into()),
                     ..ObjectMeta::default()
                 },
                 spec: Some(LeaseSpec {
@@ -197,7 +195,7 @@ async fn a_lease_is_taken_over_after_a_term_of_local_time_whatever_its_renew_tim
     let mark = Arc::clone(&led);
     let task = tokio::spawn(run_as_leader(
         client,
-        fast("replica-b"),
+        fast("skewed-clock", "replica-b"),
         shutdown.clone(),
         move |lost| {
             let mark = Arc::clone(&mark);

@@ -35,16 +35,17 @@ impl TwoTenants {
 }
 
 /// Harness tenant server as TenantCluster `a`, a second tenant server as `b`, both
-/// in `team-dev`, each with namespace `other` and a Pod `web` (`app=web`) in
-/// `default` and in `other`; waits for the four host Pods.
+/// in the test's namespace on the shared host, each with namespace `other` and a
+/// Pod `web` (`app=web`) in `default` and in `other`; waits for the four host Pods.
 async fn two_tenants() -> TwoTenants {
-    let h = Harness::start().await;
+    let h = Harness::start_on_shared_host().await;
+    let net = h.named("net");
     let b_server = h.env.start_apiserver("tenant-b").await.expect("tenant b");
     let b = b_server.client().await.unwrap();
-    create(&h.host, policy("net", NET_KINDS, "2s")).await;
+    create(&h.host, policy(&net, NET_KINDS, "2s")).await;
     kubeconfig_secret(
         &h.host,
-        HOST_NS,
+        &h.ns,
         "b-kubeconfig",
         &b_server.kubeconfig_yaml("admin").unwrap(),
     )
@@ -61,13 +62,9 @@ async fn two_tenants() -> TwoTenants {
             .await;
         }
     }
-    let controller = Controller::start(&h.host).await;
+    let controller = Controller::start_for(&h).await;
     for (name, secret) in [("a", "dev-kubeconfig"), ("b", "b-kubeconfig")] {
-        create(
-            &h.host,
-            tenant_cluster(name, HOST_NS, "fast", "net", secret),
-        )
-        .await;
+        create(&h.host, tenant_cluster(name, &h.ns, "fast", &net, secret)).await;
     }
     let host_pods = h.host_api("v1", "Pod");
     for (ns, tenant) in all_pods() {
