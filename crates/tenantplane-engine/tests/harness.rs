@@ -64,21 +64,15 @@ pub const HOST_UNREACHABLE_RELEASE: std::time::Duration = std::time::Duration::f
 
 impl Controller {
     pub async fn start(host: &Client) -> Controller {
-        Self::start_with_dns(host, None).await
+        Self::start_scoped(host, None, None, None).await
     }
 
-    /// With a DNS server per TenantCluster (its Deployment never runs: no kubelet).
-    pub async fn start_with_dns(host: &Client, dns: Option<DnsDeployment>) -> Controller {
-        Self::start_with(host, dns, None).await
-    }
-
-    /// With a DNS server per TenantCluster and tenant Nodes advertising `kubelet_endpoint`.
-    pub async fn start_with(
+    /// With tenant Nodes advertising `kubelet_endpoint` (when there is one).
+    pub async fn start_with_kubelet_endpoint(
         host: &Client,
-        dns: Option<DnsDeployment>,
         kubelet_endpoint: Option<tenantplane_core::pods::KubeletEndpoint>,
     ) -> Controller {
-        Self::start_scoped(host, dns, kubelet_endpoint, None).await
+        Self::start_scoped(host, None, kubelet_endpoint, None).await
     }
 
     /// For `h`'s TenantClusters only: on a shared host, those of its namespace.
@@ -86,7 +80,8 @@ impl Controller {
         Self::start_scoped(&h.host, None, None, h.scope()).await
     }
 
-    /// [`Controller::start_for`] with a DNS server per TenantCluster.
+    /// [`Controller::start_for`] with a DNS server per TenantCluster (its Deployment
+    /// never runs: no kubelet).
     pub async fn start_for_with_dns(h: &Harness, dns: DnsDeployment) -> Controller {
         Self::start_scoped(&h.host, Some(dns), None, h.scope()).await
     }

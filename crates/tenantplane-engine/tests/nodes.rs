@@ -33,7 +33,7 @@ async fn start_with_nodes(
     let h = Harness::start().await;
     create(&h.host, policy("pods", POD_KINDS, "2s")).await;
     create_namespace(&h.tenant, "shop").await;
-    let controller = Controller::start_with(&h.host, None, endpoint).await;
+    let controller = Controller::start_with_kubelet_endpoint(&h.host, endpoint).await;
     let mut tc = tenant_cluster("dev", HOST_NS, "fast", "pods", "dev-kubeconfig");
     tc["spec"]["nodes"] = nodes;
     if let Some(resources) = resources {
