@@ -23,7 +23,7 @@ use tenantplane_engine::decisions::TenantDecision;
 use tenantplane_engine::metrics::Metrics;
 use tenantplane_engine::tenant_dns::DnsDeployment;
 use tenantplane_testenv::poll::Attempt;
-use tenantplane_testenv::{ApiServer, TestEnv};
+use tenantplane_testenv::{ApiServer, PooledServer, ServerPool, TestEnv};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -147,7 +147,9 @@ impl Controller {
 pub struct Harness {
     pub env: TestEnv,
     pub host_server: HostServer,
-    pub tenant_server: ApiServer,
+    /// Lent by this binary's pool of tenant servers (see [`pooled_tenant`]), or the
+    /// test's own.
+    pub tenant_server: PooledServer,
     pub host: Client,
     pub tenant: Client,
     /// The host namespace of TenantCluster `dev`: [`HOST_NS`] on a host of the
@@ -228,6 +230,26 @@ pub fn shared_host() -> &'static ApiServer {
         Ok(shared) => &shared.server,
         Err(err) => panic!("the shared host API server: {err}"),
     }
+}
+
+/// The tenant API servers this binary's tests hand on to each other: a test that
+/// neither stops its tenant server nor panics returns it, and the next one gets it
+/// reset to how it started (see [`ServerPool`]). Each test still counts the tenant's
+/// requests from before and after, never from zero.
+static TENANT_POOL: ServerPool = ServerPool::new();
+
+/// A tenant API server with [`tenant_crds`], from [`TENANT_POOL`].
+pub async fn pooled_tenant() -> PooledServer {
+    TENANT_POOL
+        .take(|| async {
+            let env = TestEnv::start_shared().await?;
+            let server = env
+                .start_apiserver_with_crds("tenant", tenant_crds())
+                .await?;
+            Ok((env, server))
+        })
+        .await
+        .expect("tenant")
 }
 
 pub fn widget_crd(scope: &str) -> CustomResourceDefinition {
@@ -398,11 +420,10 @@ impl Harness {
         // Both at once: a start is mostly one busy core for about 4 s, and there are two.
         let (host_server, tenant_server) = tokio::join!(
             env.start_apiserver_with_crds("host", host_crds()),
-            env.start_apiserver_with_crds("tenant", tenant_crds()),
+            pooled_tenant(),
         );
         let host_server = host_server.expect("host");
-        let tenant_server = tenant_server.expect("tenant");
-        Self::set_up(env, host_server, tenant_server).await
+        Self::set_up_with(env, host_server, tenant_server).await
     }
 
     /// [`Harness::start`] on the host API server this test binary shares: a
@@ -415,10 +436,7 @@ impl Harness {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let host_server = shared_host();
         let env = TestEnv::start_shared().await.expect("etcd");
-        let tenant_server = env
-            .start_apiserver_with_crds("tenant", tenant_crds())
-            .await
-            .expect("tenant");
+        let tenant_server = pooled_tenant().await;
         let host = host_server.client().await.unwrap();
         let tenant = tenant_server.client().await.unwrap();
         let ns = format!("{HOST_NS}-{n}");
@@ -465,6 +483,14 @@ impl Harness {
     /// The namespace, profile, policy and kubeconfig Secret every test starts with,
     /// on servers that have their CRDs ([`host_crds`], [`tenant_crds`]).
     pub async fn set_up(env: TestEnv, host_server: ApiServer, tenant_server: ApiServer) -> Harness {
+        Self::set_up_with(env, host_server, PooledServer::own(tenant_server)).await
+    }
+
+    async fn set_up_with(
+        env: TestEnv,
+        host_server: ApiServer,
+        tenant_server: PooledServer,
+    ) -> Harness {
         let host = host_server.client().await.unwrap();
         let tenant = tenant_server.client().await.unwrap();
         create_namespace(&host, HOST_NS).await;

@@ -22,6 +22,7 @@ mod metrics;
 pub mod node;
 mod objects;
 pub mod poll;
+mod pool;
 mod process;
 mod server;
 mod snapshot;
@@ -36,6 +37,7 @@ pub use metrics::{RequestCounts, WRITE_VERBS, parse_request_counts};
 pub use node::RealNode;
 pub use objects::{CreateError, create_from_json};
 pub use poll::{eventually, http_get, until_refused};
+pub use pool::{PooledServer, ServerPool};
 pub use server::{
     ApiServer, ApiServerOptions, ControllerManager, Etcd, TestEnv, TestUser, free_port,
 };
@@ -82,6 +84,8 @@ pub enum Error {
     SharedEtcd(String),
     #[error("local image: {0}")]
     Image(String),
+    #[error("{server} could not be reset for another test: {message}")]
+    Reset { server: String, message: String },
     #[error("kubeconfig for {server}: {message}")]
     Kubeconfig { server: String, message: String },
     #[error("request to {server} failed: {source}")]
