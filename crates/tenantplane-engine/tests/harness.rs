@@ -163,7 +163,7 @@ pub struct Harness {
 /// The host API server of a [`Harness`]: the test's own, or the one every
 /// [`Harness::start_on_shared_host`] of the test binary uses.
 pub enum HostServer {
-    Own(Box<ApiServer>),
+    Own(Box<PooledServer>),
     Shared(&'static ApiServer),
 }
 
@@ -237,6 +237,22 @@ pub fn shared_host() -> &'static ApiServer {
 /// reset to how it started (see [`ServerPool`]). Each test still counts the tenant's
 /// requests from before and after, never from zero.
 static TENANT_POOL: ServerPool = ServerPool::new();
+
+/// The host API servers of the tests that have a host to themselves
+/// ([`Harness::start`]), handed on as [`TENANT_POOL`]'s tenants are.
+static HOST_POOL: ServerPool = ServerPool::new();
+
+/// A host API server with [`host_crds`], from [`HOST_POOL`].
+pub async fn pooled_host() -> PooledServer {
+    HOST_POOL
+        .take(|| async {
+            let env = TestEnv::start_shared().await?;
+            let server = env.start_apiserver_with_crds("host", host_crds()).await?;
+            Ok((env, server))
+        })
+        .await
+        .expect("host")
+}
 
 /// A tenant API server with [`tenant_crds`], from [`TENANT_POOL`].
 pub async fn pooled_tenant() -> PooledServer {
@@ -412,17 +428,28 @@ pub const DEFAULT_KINDS: &[(&str, &str)] = &[
 impl Harness {
     /// Host and tenant servers, CRDs, namespace team-dev, profile `fast`, policy
     /// `default` (ConfigMap, Secret, Service, Widget; 2s drift interval) and
-    /// TenantCluster `dev` attached to the tenant server.
+    /// TenantCluster `dev` attached to the tenant server. Both servers are this
+    /// test's alone while it runs, lent by [`HOST_POOL`] and [`TENANT_POOL`]: it may
+    /// count their requests (from before and after), stop them, or make cluster-wide
+    /// objects.
     pub async fn start() -> Harness {
+        let env = TestEnv::start_shared().await.expect("etcd");
+        let (host_server, tenant_server) = tokio::join!(pooled_host(), pooled_tenant());
+        Self::set_up_with(env, host_server, tenant_server).await
+    }
+
+    /// [`Harness::start`] on a host API server started for this test: for a test
+    /// that counts what is open on the host (watches), which a previous test's
+    /// closing connections could still hold, or that runs the real node.
+    pub async fn start_on_fresh_host() -> Harness {
         let env = TestEnv::start_shared().await.expect("etcd");
         // The CRDs come with the servers: from the second test on, in the storage
         // they start on, which costs far less than installing them live.
-        // Both at once: a start is mostly one busy core for about 4 s, and there are two.
         let (host_server, tenant_server) = tokio::join!(
             env.start_apiserver_with_crds("host", host_crds()),
             pooled_tenant(),
         );
-        let host_server = host_server.expect("host");
+        let host_server = PooledServer::own(host_server.expect("host"));
         Self::set_up_with(env, host_server, tenant_server).await
     }
 
@@ -483,12 +510,16 @@ impl Harness {
     /// The namespace, profile, policy and kubeconfig Secret every test starts with,
     /// on servers that have their CRDs ([`host_crds`], [`tenant_crds`]).
     pub async fn set_up(env: TestEnv, host_server: ApiServer, tenant_server: ApiServer) -> Harness {
-        Self::set_up_with(env, host_server, PooledServer::own(tenant_server)).await
+        let (host_server, tenant_server) = (
+            PooledServer::own(host_server),
+            PooledServer::own(tenant_server),
+        );
+        Self::set_up_with(env, host_server, tenant_server).await
     }
 
     async fn set_up_with(
         env: TestEnv,
-        host_server: ApiServer,
+        host_server: PooledServer,
         tenant_server: PooledServer,
     ) -> Harness {
         let host = host_server.client().await.unwrap();

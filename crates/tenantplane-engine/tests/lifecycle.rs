@@ -1237,7 +1237,7 @@ async fn the_shared_host_watch_caches_objects_without_managed_fields() {
 
 #[tokio::test]
 async fn host_watches_stay_the_same_for_one_tenant_cluster_or_five() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_fresh_host().await;
     let controller = Controller::start(&h.host).await;
     create(
         &h.tenant,

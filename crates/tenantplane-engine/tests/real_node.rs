@@ -45,7 +45,7 @@ async fn tenant_pods_really_run_report_status_and_reach_each_other_through_a_ser
         eprintln!("SKIPPED: {reason}");
         return;
     }
-    let h = Harness::start().await;
+    let h = Harness::start_on_fresh_host().await;
     let node = RealNode::start(&h.host_server).await.expect("real node");
     create(&h.host, policy("pods", KINDS, "2s")).await;
     create_namespace(&h.tenant, "shop").await;

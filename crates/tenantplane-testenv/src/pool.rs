@@ -160,11 +160,44 @@ impl Drop for PooledServer {
     fn drop(&mut self) {
         // A test that panicked may have left the server in any state; a fresh one is
         // cheaper than doubt.
-        if self.reusable
+        if !self.reusable || std::thread::panicking() {
+            return;
+        }
+        let (Some(idle), Some(pool)) = (self.idle.take(), self.pool) else {
+            return;
+        };
+        let give_back = GiveBack {
+            idle: Some(idle),
+            pool,
+        };
+        // Not before the test's runtime ends: until then a task of the test (a
+        // controller) could still write to the server while the next test resets it.
+        // A task's future drops when its runtime shuts down, and then nothing of that
+        // runtime runs any more.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _give_back = give_back;
+                    std::future::pending::<()>().await
+                });
+            }
+            Err(_) => drop(give_back),
+        }
+    }
+}
+
+/// Gives its server back to the pool when it drops.
+struct GiveBack {
+    idle: Option<Idle>,
+    pool: &'static ServerPool,
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        if let Some(idle) = self.idle.take()
             && !std::thread::panicking()
-            && let (Some(idle), Some(pool)) = (self.idle.take(), self.pool)
         {
-            pool.give_back(idle);
+            self.pool.give_back(idle);
         }
     }
 }

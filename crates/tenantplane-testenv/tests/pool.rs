@@ -13,6 +13,28 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use tenantplane_testenv::{ApiServer, Result, ServerPool, TestEnv, gadget_crd};
 
+/// Runs `part` as a test of its own runs: on a thread and runtime that end with it
+/// (a pooled server goes back only when the runtime of its test ends).
+fn as_a_test<F, Fut, T>(part: F) -> T
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: std::future::Future<Output = T>,
+    T: Send,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(part())
+            })
+            .join()
+            .expect("the part passes")
+    })
+}
+
 async fn start() -> Result<(TestEnv, ApiServer)> {
     let env = TestEnv::start_shared().await?;
     let server = env.start_apiserver("pooled").await?;
@@ -82,117 +104,117 @@ async fn leave_everything_behind(server: &ApiServer) {
     .await;
 }
 
-#[tokio::test]
-async fn a_returned_server_comes_back_without_what_the_last_test_made() {
+#[test]
+fn a_returned_server_comes_back_without_what_the_last_test_made() {
     static POOL: ServerPool = ServerPool::new();
-    let first = POOL.take(start).await.unwrap();
-    let pid = first.pid();
-    leave_everything_behind(&first).await;
-    drop(first);
+    let pid = as_a_test(|| async {
+        let first = POOL.take(start).await.unwrap();
+        leave_everything_behind(&first).await;
+        first.pid()
+    });
 
-    let second = POOL.take(start).await.unwrap();
-    assert_eq!(second.pid(), pid, "the same process, reset");
-    let client = second.client().await.unwrap();
-    assert!(
-        Api::<Namespace>::all(client.clone())
-            .get_opt("shop")
-            .await
-            .unwrap()
-            .is_none()
-    );
-    assert!(
-        Api::<ConfigMap>::all(client.clone())
+    as_a_test(|| async {
+        let second = POOL.take(start).await.unwrap();
+        assert_eq!(second.pid(), pid, "the same process, reset");
+        let client = second.client().await.unwrap();
+        let namespaces = Api::<Namespace>::all(client.clone());
+        assert!(namespaces.get_opt("shop").await.unwrap().is_none());
+        let configmaps = Api::<ConfigMap>::all(client.clone());
+        let configmaps = configmaps.list(&ListParams::default()).await.unwrap();
+        assert!(
+            configmaps
+                .items
+                .iter()
+                .all(|cm| cm.metadata.namespace.as_deref() != Some("shop")),
+            "no ConfigMap of the deleted namespace is left in storage"
+        );
+        let pods = Api::<Pod>::all(client.clone());
+        assert!(
+            pods.list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        );
+        let roles = Api::<ClusterRole>::all(client.clone());
+        assert!(roles.get_opt("left-behind").await.unwrap().is_none());
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        assert!(crds.get_opt("gadgets.example.com").await.unwrap().is_none());
+
+        // The next test can make the same things again, and finds no old Gadget when
+        // the CRD comes back.
+        leave_everything_behind(&second).await;
+        let left = gadgets(&client, "shop")
             .list(&ListParams::default())
             .await
-            .unwrap()
-            .items
-            .iter()
-            .all(|cm| cm.metadata.namespace.as_deref() != Some("shop")),
-        "no ConfigMap of the deleted namespace is left in storage"
-    );
-    assert!(
-        Api::<Pod>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
-    assert!(
-        Api::<ClusterRole>::all(client.clone())
-            .get_opt("left-behind")
-            .await
-            .unwrap()
-            .is_none()
-    );
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    assert!(crds.get_opt("gadgets.example.com").await.unwrap().is_none());
-
-    // The next test can make the same things again, and finds no old Gadget when
-    // the CRD comes back.
-    leave_everything_behind(&second).await;
-    let left = gadgets(&client, "shop")
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    assert_eq!(left.items.len(), 1, "only the Gadget this test made");
+            .unwrap();
+        assert_eq!(left.items.len(), 1, "only the Gadget this test made");
+    });
 }
 
-#[tokio::test]
-async fn a_server_the_test_stopped_or_changed_is_not_lent_again() {
+#[test]
+fn a_server_the_test_stopped_changed_or_panicked_with_is_not_lent_again() {
     static POOL: ServerPool = ServerPool::new();
     // Stopped and started again: taken mutably, so never returned.
-    let mut first = POOL.take(start).await.unwrap();
-    first.restart().await.unwrap();
-    let restarted = first.pid();
-    drop(first);
-    let second = POOL.take(start).await.unwrap();
-    assert_ne!(
-        second.pid(),
-        restarted,
-        "a fresh server, not the restarted one"
-    );
+    let restarted = as_a_test(|| async {
+        let mut first = POOL.take(start).await.unwrap();
+        first.restart().await.unwrap();
+        first.pid()
+    });
 
     // An object it started with changed: no reset can undo that.
-    let changed = second.pid();
-    let namespaces: Api<Namespace> = Api::all(second.client().await.unwrap());
-    namespaces
-        .patch(
-            "default",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
-        )
-        .await
-        .unwrap();
-    drop(second);
-    let third = POOL.take(start).await.unwrap();
-    assert_ne!(third.pid(), changed, "a fresh server, not the changed one");
-    let namespaces: Api<Namespace> = Api::all(third.client().await.unwrap());
-    let default = namespaces.get("default").await.unwrap();
-    assert!(
-        !default
-            .metadata
-            .labels
-            .unwrap_or_default()
-            .contains_key("touched")
-    );
-
-    // Held by a test that panicked: whatever it did, it is not lent again.
-    let panicked = third.pid();
-    let task = tokio::spawn(async move {
-        let _held = third;
-        panic!("the test failed");
+    let changed = as_a_test(|| async {
+        let second = POOL.take(start).await.unwrap();
+        assert_ne!(
+            second.pid(),
+            restarted,
+            "a fresh server, not the restarted one"
+        );
+        let namespaces: Api<Namespace> = Api::all(second.client().await.unwrap());
+        let label = json!({"metadata": {"labels": {"touched": "yes"}}});
+        namespaces
+            .patch("default", &PatchParams::default(), &Patch::Merge(label))
+            .await
+            .unwrap();
+        second.pid()
     });
-    assert!(task.await.is_err());
-    let fourth = POOL.take(start).await.unwrap();
-    assert_ne!(
-        fourth.pid(),
-        panicked,
-        "a fresh server, not the panicked test's"
-    );
 
-    // And one returned untouched is lent again.
-    let untouched = fourth.pid();
-    drop(fourth);
-    assert_eq!(POOL.take(start).await.unwrap().pid(), untouched);
+    // Held by a task that panicked: whatever it did, it is not lent again.
+    let panicked = as_a_test(|| async {
+        let third = POOL.take(start).await.unwrap();
+        assert_ne!(third.pid(), changed, "a fresh server, not the changed one");
+        let namespaces: Api<Namespace> = Api::all(third.client().await.unwrap());
+        let default = namespaces.get("default").await.unwrap();
+        let labels = default.metadata.labels.unwrap_or_default();
+        assert!(!labels.contains_key("touched"));
+        let pid = third.pid();
+        let task = tokio::spawn(async move {
+            let _held = third;
+            panic!("the test failed");
+        });
+        assert!(task.await.is_err());
+        pid
+    });
+
+    // Untouched, it goes back, but only once the runtime of its test has ended.
+    let untouched = as_a_test(|| async {
+        let fourth = POOL.take(start).await.unwrap();
+        assert_ne!(
+            fourth.pid(),
+            panicked,
+            "a fresh server, not the panicked test's"
+        );
+        let pid = fourth.pid();
+        drop(fourth);
+        let same_test = POOL.take(start).await.unwrap();
+        assert_ne!(same_test.pid(), pid, "not lent again while its test runs");
+        [pid, same_test.pid()]
+    });
+    as_a_test(|| async {
+        let fifth = POOL.take(start).await.unwrap();
+        assert!(
+            untouched.contains(&fifth.pid()),
+            "one of the two, lent again"
+        );
+    });
 }
