@@ -16,5 +16,6 @@ mod real_node_common;
 mod samples;
 mod shards;
 mod status;
+mod up_real_node;
 mod webhook_metrics;
 mod webhook_outage;
