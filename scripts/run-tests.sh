@@ -107,7 +107,9 @@ add_job() { # label executable directory kind source names
   if grep -q 'RealNode' "$src" 2>/dev/null; then
     printf '%s\t%s\t%s\t%s\n' "$label" "$exe" "$dir" "$names" >> "$out/node-lane"
     # A member with no recorded time puts the lane first.
-    lane_secs=$(awk -v a="$lane_secs" -v b="${secs:-1000000}" 'BEGIN { print a + b }')
+    # printf, not print: awk prints a sum past 999999 as 1.00025e+06, which sort -n
+    # reads as 1 and so ran the lane last.
+    lane_secs=$(awk -v a="$lane_secs" -v b="${secs:-1000000}" 'BEGIN { printf "%.1f", a + b }')
     return
   fi
   if [[ -z $secs ]]; then
