@@ -18,6 +18,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::{ApiResource, Discovery, Scope, verbs};
@@ -278,14 +280,7 @@ impl Snapshot {
 }
 
 async fn api_services(client: &Client, server: &str) -> Result<Vec<String>> {
-    let resource = ApiResource {
-        group: APIREGISTRATION.into(),
-        version: "v1".into(),
-        api_version: "apiregistration.k8s.io/v1".into(),
-        kind: "APIService".into(),
-        plural: "apiservices".into(),
-    };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let api: Api<APIService> = Api::all(client.clone());
     let list = api
         .list(&ListParams::default())
         .await
@@ -376,16 +371,7 @@ async fn reset(server: &ApiServer, baseline: &Snapshot) -> Result<()> {
             }
         }
     }
-    let crd_api: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource {
-            group: "apiextensions.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "apiextensions.k8s.io/v1".into(),
-            kind: "CustomResourceDefinition".into(),
-            plural: "customresourcedefinitions".into(),
-        },
-    );
+    let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in &crds {
         ignore_gone(crd_api.delete(crd, &force).await.map(|_| ()), name)?;
     }
