@@ -81,6 +81,10 @@ resolvConf: /etc/resolv.conf
 runtimeRequestTimeout: 2m
 volumePluginDir: {d}/kubelet/volume-plugins
 evictionHard: {{"memory.available": "100Mi", "nodefs.available": "2%", "imagefs.available": "2%"}}
+# Report status every second, not every 10 s: the node turns Ready at the first
+# report after containerd and its network are up, so this is most of a start's wait.
+# A report writes only what changed.
+nodeStatusUpdateFrequency: 1s
 # Never collect the local images: nothing can pull them back.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
