@@ -16,13 +16,18 @@
 # - Every job runs even when one fails; the script fails if any did.
 # - A crate's integration tests are one binary (tests/main.rs, a module per file, as
 #   linking a binary per file cost more build time); each module runs as a job of its
-#   own, as its file did when it was a binary.
+#   own, as its file did when it was a binary; a main.rs with the line
+#   `//! run-tests: one process` has its modules (but the real node's) run as one job
+#   instead, with TENANTPLANE_ONE_PROCESS_THREADS test threads (default 3), so the
+#   API servers its tests hand on to each other serve every module.
 #
 # TENANTPLANE_TEST_JOBS sets how many jobs run at once (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 jobs=${TENANTPLANE_TEST_JOBS:-3}
+# Test threads of a binary whose modules run as one job (see split_modules).
+one_process_threads=${TENANTPLANE_ONE_PROCESS_THREADS:-3}
 out=target/test-run
 times_file=target/test-times.txt
 # A fresh checkout orders by the times committed beside this script (a full run's).
@@ -87,13 +92,22 @@ split_modules() { # label executable directory source
     grep -v '::' "$names.list" | grep ': test$' >&2
     return 1
   fi
+  local one_process=$names.one-process
   for f in "$names"/*; do
     [[ -e $f ]] || continue
     module=$(basename "$f")
     module_src="$tests_dir/$module.rs"
     [[ -f $module_src ]] || module_src="$tests_dir/$module/mod.rs"
+    # A binary marked "one process" runs its modules (but the node's) as one job, so
+    # the API servers its tests hand on serve every module, not one.
+    if grep -q "^//! run-tests: one process" "$src" && ! grep -q 'RealNode' "$module_src"; then
+      [[ -s $one_process ]] || printf -- '--test-threads=%s\n' "$one_process_threads" > "$one_process"
+      cat "$f" >> "$one_process"
+      continue
+    fi
     printf '%s\t%s\t%s\n' "$module" "$module_src" "$f"
   done
+  [[ ! -s $one_process ]] || printf '(one process)\t%s\t%s\n' "$src" "$one_process"
 }
 
 # Jobs (seconds, label, executable, directory, names file or empty): the node lane,
