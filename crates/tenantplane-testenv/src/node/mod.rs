@@ -17,6 +17,7 @@
 
 mod api_relay;
 mod config;
+mod docker_stub;
 pub mod image;
 mod machine;
 
@@ -103,6 +104,8 @@ pub struct RealNode {
     started: Instant,
     /// Set by [`RealNode::serve_api_to_pods`].
     api_relay: Option<api_relay::ApiRelay>,
+    /// Started with the kubelet (see [`docker_stub`]).
+    docker_stub: Option<docker_stub::DockerStub>,
     // Released last, after the machine is restored.
     _lock: File,
 }
@@ -168,6 +171,7 @@ impl RealNode {
             children: Vec::new(),
             started: Instant::now(),
             api_relay: None,
+            docker_stub: None,
             _lock: lock,
         };
         // From here on, an error drops `node`, which undoes what was done so far.
@@ -314,6 +318,7 @@ impl RealNode {
         let kc = kubeconfig.display().to_string();
         let dir = self.dir.clone();
         let d = |p: &str| dir.join(p).display().to_string();
+        let docker_stub = docker_stub::start(&dir.join("docker.sock"))?;
         let kubelet_args = vec![
             format!("--config={}", d("kubelet/config.yaml")),
             format!("--kubeconfig={kc}"),
@@ -324,11 +329,14 @@ impl RealNode {
                 "--container-runtime-endpoint=unix://{}",
                 self.socket().display()
             ),
+            // cAdvisor's Docker endpoint (a deprecated flag, and its only setting).
+            format!("--docker={}", docker_stub.endpoint()),
             format!("--node-ip={NODE_IP}"),
             format!("--hostname-override={NODE_IP}"),
             "--pod-infra-container-image=local/pause:1".into(),
             "--v=1".into(),
         ];
+        self.docker_stub = Some(docker_stub);
         self.spawn("kubelet", &assets.join("kubelet"), kubelet_args)?;
         self.write("kube-proxy.yaml", &config::kube_proxy(kubeconfig))?;
         let proxy_args = vec![format!("--config={}", d("kube-proxy.yaml"))];
@@ -396,6 +404,7 @@ impl RealNode {
                 child.kill();
             }
         }
+        self.docker_stub = None;
         let mut failures = Vec::new();
         if !self.children.is_empty()
             && let Err(err) = machine::stop_containers(&self.socket())
