@@ -21,6 +21,9 @@
 #   instead, with TENANTPLANE_ONE_PROCESS_THREADS test threads (default 3), so the
 #   API servers its tests hand on to each other serve every module.
 #
+# - The lane's binaries run at normal priority and the other jobs at nice 10: the
+#   lane is the longest chain, and the others fill in the CPU it leaves idle.
+#
 # TENANTPLANE_TEST_JOBS sets how many jobs run at once (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -153,7 +156,7 @@ run_binary() { # label executable directory [names file]: runs it (only those te
   [[ -z $names ]] || { mapfile -t args < "$names"; args=(--exact "${args[@]}"); }
   local log="$out/logs/${label//[^A-Za-z0-9_.-]/_}.log"
   start=$(date +%s.%N)
-  (cd "$dir" && "$exe" "${args[@]}") > "$log" 2>&1 || rc=$?
+  (cd "$dir" && nice -n "${niceness:-0}" "$exe" "${args[@]}") > "$log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   local secs
   secs=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }')
@@ -176,7 +179,9 @@ run_job() { # label executable directory names, or node-lane: its jobs one after
     # On fd 3, so the test binaries do not get the list as their stdin.
     while IFS=$'\t' read -r -u 3 label exe dir names; do run_binary "$label" "$exe" "$dir" "$names"; done 3< "$out/node-lane"
   else
-    run_binary "$@"
+    # The lane is the critical path (its jobs cannot overlap): every other job
+    # yields the CPU to it, and takes what the lane leaves idle while it waits.
+    niceness=10 run_binary "$@"
   fi
 }
 
