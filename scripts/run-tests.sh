@@ -20,7 +20,6 @@
 #   `//! run-tests: one process` has its modules (but the real node's) run as one job
 #   instead, with TENANTPLANE_ONE_PROCESS_THREADS test threads (default 3), so the
 #   API servers its tests hand on to each other serve every module.
-#
 # - The lane's binaries run at normal priority and the other jobs at nice 10: the
 #   lane is the longest chain, and the others fill in the CPU it leaves idle.
 #
@@ -69,6 +68,9 @@ previous_secs() { # seconds the label took last run, or empty
   awk -F'\t' -v l="$1" '$2 == l { print $1 }' "$known_times" | tail -n1
 }
 
+# Whether the tests in source file $1 start the real node: they go in the node lane.
+starts_real_node() { grep -q 'RealNode' "$1" 2>/dev/null; }
+
 # A merged integration-test binary (tests/main.rs, one module per former test file)
 # runs as one job per module, labelled as that file's binary was, so the recorded
 # times, the ordering and the node lane stay per module. Writes "module<TAB>source<TAB>names file"
@@ -95,7 +97,8 @@ split_modules() { # label executable directory source
     grep -v '::' "$names.list" | grep ': test$' >&2
     return 1
   fi
-  local one_process=$names.one-process
+  local one_process=$names.one-process one_process_binary=false
+  grep -q "^//! run-tests: one process" "$src" && one_process_binary=true
   for f in "$names"/*; do
     [[ -e $f ]] || continue
     module=$(basename "$f")
@@ -103,7 +106,7 @@ split_modules() { # label executable directory source
     [[ -f $module_src ]] || module_src="$tests_dir/$module/mod.rs"
     # A binary marked "one process" runs its modules (but the node's) as one job, so
     # the API servers its tests hand on serve every module, not one.
-    if grep -q "^//! run-tests: one process" "$src" && ! grep -q 'RealNode' "$module_src"; then
+    if $one_process_binary && ! starts_real_node "$module_src"; then
       [[ -s $one_process ]] || printf -- '--test-threads=%s\n' "$one_process_threads" > "$one_process"
       cat "$f" >> "$one_process"
       continue
@@ -121,7 +124,7 @@ lane_secs=0
 add_job() { # label executable directory kind source names
   local label=$1 exe=$2 dir=$3 kind=$4 src=$5 names=$6 secs
   secs=$(previous_secs "$label")
-  if grep -q 'RealNode' "$src" 2>/dev/null; then
+  if starts_real_node "$src"; then
     printf '%s\t%s\t%s\t%s\n' "$label" "$exe" "$dir" "$names" >> "$out/node-lane"
     # A member with no recorded time puts the lane first.
     # printf, not print: awk prints a sum past 999999 as 1.00025e+06, which sort -n
