@@ -10,6 +10,10 @@ pub struct RequestCounts {
     /// Answers refused with 409 Conflict (a stale write, or a create of something
     /// that exists), by (verb, resource).
     pub conflicts: BTreeMap<(String, String), u64>,
+    /// Writes answered with any error (4xx or 5xx, 409 included), by (verb, resource,
+    /// code): a failure message then tells a refused or timed-out write from a second
+    /// writer.
+    pub refused: BTreeMap<(String, String, String), u64>,
 }
 
 /// Verbs that change state. Server-side apply is counted as `APPLY` by 1.20.
@@ -53,23 +57,25 @@ impl RequestCounts {
 
     /// What happened between `earlier` and `self`.
     pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
-        let delta = |now: &BTreeMap<(String, String), u64>,
-                     then: &BTreeMap<(String, String), u64>| {
-            now.iter()
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        v.saturating_sub(then.get(k).copied().unwrap_or(0)),
-                    )
-                })
-                .filter(|(_, v)| *v > 0)
-                .collect()
-        };
         RequestCounts {
             by_verb_resource: delta(&self.by_verb_resource, &earlier.by_verb_resource),
             conflicts: delta(&self.conflicts, &earlier.conflicts),
+            refused: delta(&self.refused, &earlier.refused),
         }
     }
+}
+
+/// Counters in `now` less those in `then`, keeping only the ones that grew.
+fn delta<K: Clone + Ord>(now: &BTreeMap<K, u64>, then: &BTreeMap<K, u64>) -> BTreeMap<K, u64> {
+    now.iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.saturating_sub(then.get(k).copied().unwrap_or(0)),
+            )
+        })
+        .filter(|(_, v)| *v > 0)
+        .collect()
 }
 
 /// Parses the Prometheus text format for `apiserver_request_total` samples.
@@ -102,8 +108,15 @@ pub fn parse_request_counts(text: &str) -> RequestCounts {
         // Counters are whole numbers; the text format just prints them as floats.
         let n = value.max(0.0).round() as u64;
         let key = (label("verb"), resource);
-        if label("code") == "409" && WRITE_VERBS.contains(&key.0.as_str()) {
-            *counts.conflicts.entry(key.clone()).or_default() += n;
+        let code = label("code");
+        if WRITE_VERBS.contains(&key.0.as_str()) {
+            if code == "409" {
+                *counts.conflicts.entry(key.clone()).or_default() += n;
+            }
+            if code.starts_with('4') || code.starts_with('5') {
+                let refused = (key.0.clone(), key.1.clone(), code);
+                *counts.refused.entry(refused).or_default() += n;
+            }
         }
         *counts.by_verb_resource.entry(key).or_default() += n;
     }
@@ -122,16 +135,28 @@ apiserver_request_total{code="201",component="apiserver",group="",resource="conf
 apiserver_request_total{code="200",component="apiserver",group="",resource="configmaps",scope="resource",subresource="",verb="GET",version="v1"} 9
 apiserver_request_total{code="409",component="apiserver",group="",resource="configmaps",scope="resource",subresource="",verb="POST",version="v1"} 1
 apiserver_request_total{code="200",component="apiserver",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 2
+apiserver_request_total{code="504",component="apiserver",group="",resource="configmaps",scope="resource",subresource="",verb="POST",version="v1"} 1
+apiserver_request_total{code="404",component="apiserver",group="",resource="configmaps",scope="resource",subresource="",verb="GET",version="v1"} 7
 "#;
         let counts = parse_request_counts(text);
-        assert_eq!(counts.writes(Some("configmaps")), 4);
+        assert_eq!(counts.writes(Some("configmaps")), 5);
         assert_eq!(counts.writes(Some("pods/status")), 2);
-        assert_eq!(counts.writes(None), 6);
-        assert_eq!(counts.requests("POST", "configmaps"), 4);
+        assert_eq!(counts.writes(None), 7);
+        assert_eq!(counts.requests("POST", "configmaps"), 5);
         assert_eq!(counts.conflicts("configmaps"), 1);
         assert_eq!(counts.conflicts("pods/status"), 0);
+        let post = |code: &str| ("POST".to_owned(), "configmaps".to_owned(), code.to_owned());
+        // Refused writes only: the GET's 404 is not one.
+        assert_eq!(
+            counts.refused,
+            BTreeMap::from([(post("409"), 1), (post("504"), 1)])
+        );
         let later = parse_request_counts(&text.replace("} 3", "} 5").replace("} 1", "} 2"));
-        assert_eq!(later.since(&counts).writes(None), 3);
+        assert_eq!(later.since(&counts).writes(None), 4);
         assert_eq!(later.since(&counts).conflicts("configmaps"), 1);
+        assert_eq!(
+            later.since(&counts).refused,
+            BTreeMap::from([(post("409"), 1), (post("504"), 1)])
+        );
     }
 }
