@@ -7,12 +7,8 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RequestCounts {
     pub by_verb_resource: BTreeMap<(String, String), u64>,
-    /// Answers refused with 409 Conflict (a stale write, or a create of something
-    /// that exists), by (verb, resource).
-    pub conflicts: BTreeMap<(String, String), u64>,
-    /// Writes answered with any error (4xx or 5xx, 409 included), by (verb, resource,
-    /// code): a failure message then tells a refused or timed-out write from a second
-    /// writer.
+    /// Writes answered with an error (4xx or 5xx), by (verb, resource, code): a
+    /// failure message then tells a refused or timed-out write from a second writer.
     pub refused: BTreeMap<(String, String, String), u64>,
 }
 
@@ -46,11 +42,12 @@ impl RequestCounts {
             .unwrap_or(0)
     }
 
-    /// Writes to `resource` answered 409 Conflict.
+    /// Writes to `resource` answered 409 Conflict (a stale write, or a create of
+    /// something that exists).
     pub fn conflicts(&self, resource: &str) -> u64 {
-        self.conflicts
+        self.refused
             .iter()
-            .filter(|((_, res), _)| res == resource)
+            .filter(|((_, res, code), _)| res == resource && code == "409")
             .map(|(_, n)| n)
             .sum()
     }
@@ -59,7 +56,6 @@ impl RequestCounts {
     pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
         RequestCounts {
             by_verb_resource: delta(&self.by_verb_resource, &earlier.by_verb_resource),
-            conflicts: delta(&self.conflicts, &earlier.conflicts),
             refused: delta(&self.refused, &earlier.refused),
         }
     }
@@ -109,14 +105,10 @@ pub fn parse_request_counts(text: &str) -> RequestCounts {
         let n = value.max(0.0).round() as u64;
         let key = (label("verb"), resource);
         let code = label("code");
-        if WRITE_VERBS.contains(&key.0.as_str()) {
-            if code == "409" {
-                *counts.conflicts.entry(key.clone()).or_default() += n;
-            }
-            if code.starts_with('4') || code.starts_with('5') {
-                let refused = (key.0.clone(), key.1.clone(), code);
-                *counts.refused.entry(refused).or_default() += n;
-            }
+        if WRITE_VERBS.contains(&key.0.as_str()) && (code.starts_with('4') || code.starts_with('5'))
+        {
+            let refused = (key.0.clone(), key.1.clone(), code);
+            *counts.refused.entry(refused).or_default() += n;
         }
         *counts.by_verb_resource.entry(key).or_default() += n;
     }
