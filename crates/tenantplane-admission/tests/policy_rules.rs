@@ -32,7 +32,7 @@ use tenantplane_admission::{
     tls_config, webhook_configuration,
 };
 use tenantplane_api::{IsolationProfile, Tenant};
-use tenantplane_testenv::{ApiServer, ApiServerOptions, TestEnv, TestUser};
+use tenantplane_testenv::{ApiServerOptions, PooledServer, ServerPool, TestEnv, TestUser};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 const BY_NAMESPACES: &str = "admission webhook \"namespaces.tenantplane.io\" denied the request";
@@ -84,7 +84,7 @@ where
 
 struct Cluster {
     _env: TestEnv,
-    _server: ApiServer,
+    _server: PooledServer,
     admin: Client,
     alice: Client,
     bob: Client,
@@ -101,18 +101,30 @@ impl Drop for Cluster {
     }
 }
 
+/// The API servers of [`start`], with users alice and bob, tenantplane's CRDs and
+/// ephemeral containers: handed on from test to test (see [`ServerPool`]; this
+/// binary's modules run as one process).
+static SERVERS: ServerPool = ServerPool::new();
+
 /// An API server with alice (owner of Tenant acme) and bob (owner of Tenant beta),
 /// both allowed by RBAC every write the rules must stop; the Tenants (created before
 /// any webhook, so `acme`'s rules are stored unvalidated); the webhooks serving; the
 /// namespace webhooks registered, and namespaces `acme-1` and `beta-1`.
-async fn start(name: &str, extra_args: &[&str], acme_rules: Value, beta_rules: Value) -> Cluster {
+async fn start(acme_rules: Value, beta_rules: Value) -> Cluster {
     let env = TestEnv::start_shared().await.expect("etcd");
-    let mut options = ApiServerOptions::new(name);
-    options.users.push(TestUser::new("alice", &[]));
-    options.users.push(TestUser::new("bob", &[]));
-    options.extra_args = extra_args.iter().map(|a| (*a).to_owned()).collect();
-    options.crds = tenantplane_api::crds();
-    let server = env.start_apiserver_with(options).await.expect("apiserver");
+    let server = SERVERS
+        .take(|| async {
+            let env = TestEnv::start_shared().await?;
+            let mut options = ApiServerOptions::new("policy-rules");
+            options.users.push(TestUser::new("alice", &[]));
+            options.users.push(TestUser::new("bob", &[]));
+            options.extra_args = vec![EPHEMERAL_GATE.to_owned()];
+            options.crds = tenantplane_api::crds();
+            let server = env.start_apiserver_with(options).await?;
+            Ok((env, server))
+        })
+        .await
+        .expect("apiserver");
     let admin = server.client().await.expect("admin client");
     let pp = PostParams::default();
     Api::<ClusterRole>::all(admin.clone())
@@ -244,7 +256,7 @@ async fn image_rules_cover_every_container_kind_and_update() {
     let rules = json!({"images": {
         "allowedRegistries": ["registry.example.com", "ghcr.io/acme/"],
         "allowedPullPolicies": ["Always"]}});
-    let cluster = start("images", &[EPHEMERAL_GATE], rules, json!(null)).await;
+    let cluster = start(rules, json!(null)).await;
     let pp = PostParams::default();
     let pods: Api<Pod> = Api::namespaced(cluster.alice.clone(), "acme-1");
     until_refused(BY_RESOURCES, || {
@@ -388,7 +400,7 @@ async fn service_and_metadata_rules_judge_the_new_object_with_their_own_rule() {
                            "forbiddenAnnotations": {"regex": "audit\\..*"}},
             "services": {"forbiddenLabels": {"regex": "internal-.*"},
                          "forbiddenAnnotations": {"exact": ["lb.example.com/expose"]}}}});
-    let cluster = start("services", &[], rules, json!(null)).await;
+    let cluster = start(rules, json!(null)).await;
     let pp = PostParams::default();
     let services: Api<Service> = Api::namespaced(cluster.alice.clone(), "acme-1");
     let service = |name: &str, metadata: Value, spec: Value| -> Service {
@@ -561,7 +573,7 @@ async fn invalid_patterns_are_refused_at_admission_and_a_stored_one_never_crashe
     // beta's rules were stored before the validating webhook existed.
     let broken = json!({"metadata": {"namespaces": {"forbiddenLabels": {"regex": "("}}},
                         "images": {"allowedRegistries": ["registry.example.com"]}});
-    let cluster = start("patterns", &[], json!(null), broken).await;
+    let cluster = start(json!(null), broken).await;
     let pp = PostParams::default();
     assert_refused(
         Api::<Namespace>::all(cluster.bob.clone())
@@ -874,7 +886,7 @@ fn ingress(name: &str, host: &str) -> Ingress {
 async fn ingress_hosts_follow_patterns_and_one_tenant_wins_a_host() {
     let rules =
         json!({"ingress": {"allowedHostnames": ["acme.example.com", "*.acme.example.com"]}});
-    let cluster = start("ingress", &[], rules, json!(null)).await;
+    let cluster = start(rules, json!(null)).await;
     let pp = PostParams::default();
     let alice: Api<Ingress> = Api::namespaced(cluster.alice.clone(), "acme-1");
     let bob: Api<Ingress> = Api::namespaced(cluster.bob.clone(), "beta-1");

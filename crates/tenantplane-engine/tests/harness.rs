@@ -517,7 +517,8 @@ impl Harness {
         Self::set_up_with(env, host_server, tenant_server).await
     }
 
-    async fn set_up_with(
+    /// [`Harness::set_up`] on servers that may be pooled.
+    pub async fn set_up_with(
         env: TestEnv,
         host_server: PooledServer,
         tenant_server: PooledServer,

@@ -34,6 +34,8 @@ const POLL: Duration = Duration::from_millis(100);
 /// APIServices follow CRD groups (the server adds and removes them itself): the
 /// reset compares their names but deletes none.
 const APIREGISTRATION: &str = "apiregistration.k8s.io";
+/// The group of webhook configurations.
+const ADMISSIONREGISTRATION: &str = "admissionregistration.k8s.io";
 
 /// Idle servers of one kind (same options), to lend to tests; kept in a `static`.
 pub struct ServerPool {
@@ -320,11 +322,15 @@ fn not_reusable(server: &str, message: String) -> Error {
 async fn reset(server: &ApiServer, baseline: &Snapshot) -> Result<()> {
     let name = server.name();
     let client = server.client().await?;
-    let now = resources(&client, name).await?;
+    let mut now = resources(&client, name).await?;
+    // Webhook configurations first: one whose webhook died with its test would
+    // refuse (fail closed) the deletes of everything it guards.
+    now.sort_by_key(|(resource, _)| resource.group != ADMISSIONREGISTRATION);
     let force = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::background()
     };
+    let writes_until = Instant::now() + RESET_DEADLINE;
     let mut namespaces = Vec::new();
     let mut crds = Vec::new();
     for (resource, namespaced) in &now {
@@ -360,13 +366,13 @@ async fn reset(server: &ApiServer, baseline: &Snapshot) -> Result<()> {
                         .is_some_and(|f| !f.is_empty())
                     {
                         let patch = json!({"metadata": {"finalizers": null}});
-                        ignore_gone(
-                            api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-                                .await,
-                            name,
-                        )?;
+                        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+                        write_unless_gone(name, writes_until, || {
+                            api.patch(&key.name, &params, &patch)
+                        })
+                        .await?;
                     }
-                    ignore_gone(api.delete(&key.name, &force).await.map(|_| ()), name)?;
+                    write_unless_gone(name, writes_until, || api.delete(&key.name, &force)).await?;
                 }
             }
         }
@@ -377,10 +383,10 @@ async fn reset(server: &ApiServer, baseline: &Snapshot) -> Result<()> {
     }
     let namespace_api: Api<Namespace> = Api::all(client.clone());
     for namespace in &namespaces {
-        ignore_gone(
-            namespace_api.delete(namespace, &force).await.map(|_| ()),
-            name,
-        )?;
+        write_unless_gone(name, writes_until, || {
+            namespace_api.delete(namespace, &force)
+        })
+        .await?;
         // Without kube-controller-manager nothing finalizes a namespace: its
         // contents are gone already, so say so as the namespace controller would.
         let finalized = json!({
@@ -388,13 +394,11 @@ async fn reset(server: &ApiServer, baseline: &Snapshot) -> Result<()> {
             "metadata": {"name": namespace},
             "spec": {"finalizers": []},
         });
-        ignore_gone(
-            namespace_api
-                .replace_subresource("finalize", namespace, &PostParams::default(), &finalized)
-                .await
-                .map(|_| ()),
-            name,
-        )?;
+        let params = PostParams::default();
+        write_unless_gone(name, writes_until, || {
+            namespace_api.replace_subresource("finalize", namespace, &params, &finalized)
+        })
+        .await?;
     }
     let deadline = Instant::now() + RESET_DEADLINE;
     loop {
@@ -440,6 +444,27 @@ async fn reset(server: &ApiServer, baseline: &Snapshot) -> Result<()> {
             ));
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Sends `attempt` until the server takes it or answers that the object is gone,
+/// retrying while a webhook call fails: the server loads webhook configurations
+/// asynchronously, so just after the reset deleted one whose webhook has stopped with
+/// its test, it may still call that webhook (and fail closed).
+async fn write_unless_gone<T, F, Fut>(server: &str, until: Instant, mut attempt: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = kube::Result<T>>,
+{
+    loop {
+        match attempt().await {
+            Err(kube::Error::Api(status))
+                if status.message.contains("failed calling webhook") && Instant::now() < until =>
+            {
+                tokio::time::sleep(POLL).await;
+            }
+            result => return ignore_gone(result, server),
+        }
     }
 }
 

@@ -4,11 +4,12 @@
 // Tests assert by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use tenantplane_testenv::{ApiServer, Result, ServerPool, TestEnv, gadget_crd};
@@ -62,8 +63,9 @@ fn gadgets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
 }
 
 /// What one test leaves behind: a namespace holding a ConfigMap with a finalizer, a
-/// Pod bound to a node that does not exist, a CRD with an object, and a
-/// cluster-scoped object.
+/// Pod bound to a node that does not exist, a CRD with an object, a cluster-scoped
+/// object, and a webhook that fails closed on deletes of ConfigMaps and Pods but
+/// whose server is gone (as a webhook test's is when it ends).
 async fn leave_everything_behind(server: &ApiServer) {
     let client = server.client().await.unwrap();
     create(
@@ -99,6 +101,31 @@ async fn leave_everything_behind(server: &ApiServer) {
             let api = gadgets(&client, "shop");
             let gadget: DynamicObject = serde_json::from_value(gadget.clone()).unwrap();
             async move { api.create(&PostParams::default(), &gadget).await }
+        },
+    )
+    .await;
+    create(
+        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+        json!({"metadata": {"name": "gone"}, "webhooks": [{
+            "name": "gone.example.com",
+            "clientConfig": {"url": "https://127.0.0.1:1/validate"},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"],
+                "resources": ["configmaps", "pods"]}],
+            "failurePolicy": "Fail", "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "timeoutSeconds": 1}]}),
+    )
+    .await;
+    let dry_run = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    tenantplane_testenv::until_refused(
+        "gone.example.com",
+        std::time::Duration::from_secs(30),
+        || {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), "shop");
+            let dry_run = dry_run.clone();
+            async move { api.delete("held", &dry_run).await.map(|_| ()) }
         },
     )
     .await;

@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{AttachParams, LogParams, PostParams};
 use kube::{Api, Client};
 use tenantplane_testenv::test_kubelet::stream::SPDY_REFUSAL;
-use tenantplane_testenv::{ApiServer, RecordedRequest, TestEnv, TestKubelet, TestKubeletOptions};
+use tenantplane_testenv::{
+    PooledServer, RecordedRequest, ServerPool, TestEnv, TestKubelet, TestKubeletOptions,
+};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "default";
@@ -26,11 +28,26 @@ async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("timed out after {DEADLINE:?}: {what}"))
 }
 
+/// Host API servers, handed on from test to test (this binary's modules run as one
+/// process): each test registers its kubelet and Pod on a server reset to how it
+/// started.
+static HOSTS: ServerPool = ServerPool::new();
+
+async fn host() -> PooledServer {
+    HOSTS
+        .take(|| async {
+            let env = TestEnv::start_shared().await?;
+            let server = env.start_apiserver("host").await?;
+            Ok((env, server))
+        })
+        .await
+        .unwrap()
+}
+
 /// A host API server, a test kubelet registered as its Node, and host Pod `POD`
 /// bound to it and Running.
-async fn setup() -> (TestEnv, ApiServer, TestKubelet, Client) {
-    let env = TestEnv::start_shared().await.unwrap();
-    let host = env.start_apiserver("host").await.unwrap();
+async fn setup() -> (PooledServer, TestKubelet, Client) {
+    let host = host().await;
     let kubelet = TestKubelet::start(&host, NODE).await.unwrap();
     let client = host.client().await.unwrap();
     let pod: Pod = serde_json::from_value(serde_json::json!({
@@ -41,7 +58,7 @@ async fn setup() -> (TestEnv, ApiServer, TestKubelet, Client) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     pods.create(&PostParams::default(), &pod).await.unwrap();
     kubelet.bind_pod(&client, NS, POD).await.unwrap();
-    (env, host, kubelet, client)
+    (host, kubelet, client)
 }
 
 fn last_request(kubelet: &TestKubelet, path_prefix: &str) -> RecordedRequest {
@@ -61,7 +78,7 @@ fn lines(from: usize, to: usize) -> String {
 
 #[tokio::test]
 async fn node_and_pod_are_registered_for_the_api_server() {
-    let (_env, _host, kubelet, client) = setup().await;
+    let (_host, kubelet, client) = setup().await;
     let node = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .get(NODE)
         .await
@@ -95,7 +112,7 @@ async fn node_and_pod_are_registered_for_the_api_server() {
 
 #[tokio::test]
 async fn kube_rs_logs_through_the_host_api_server() {
-    let (_env, _host, kubelet, client) = setup().await;
+    let (_host, kubelet, client) = setup().await;
     let pods: Api<Pod> = Api::namespaced(client, NS);
 
     let all = pods.logs(POD, &LogParams::default()).await.unwrap();
@@ -147,8 +164,7 @@ async fn kube_rs_logs_through_the_host_api_server() {
 
 #[tokio::test]
 async fn follow_ends_at_the_configured_limit() {
-    let env = TestEnv::start_shared().await.unwrap();
-    let host = env.start_apiserver("host").await.unwrap();
+    let host = host().await;
     let options = TestKubeletOptions {
         follow_limit: Some(12),
         follow_interval: Duration::from_millis(10),
@@ -191,7 +207,7 @@ async fn read_all(mut reader: impl tokio::io::AsyncRead + Unpin) -> String {
 
 #[tokio::test]
 async fn kube_rs_exec_attach_and_portforward_through_the_host_api_server() {
-    let (_env, _host, kubelet, client) = setup().await;
+    let (_host, kubelet, client) = setup().await;
     let pods: Api<Pod> = Api::namespaced(client, NS);
 
     // echo, no stdin.
@@ -316,7 +332,7 @@ async fn kube_rs_exec_attach_and_portforward_through_the_host_api_server() {
 /// kubelet would.
 #[tokio::test]
 async fn kubectl_logs_exec_through_the_host_api_server() {
-    let (_env, host, kubelet, _client) = setup().await;
+    let (host, kubelet, _client) = setup().await;
     let kubeconfig = host.kubeconfig_path();
     let kubectl = |args: &[&str]| {
         let mut command = tokio::process::Command::new("kubectl");
@@ -397,7 +413,7 @@ async fn kubectl_logs_exec_through_the_host_api_server() {
 /// records that limit; kube-rs's port-forward (WebSocket) is tested above.
 #[tokio::test]
 async fn kubectl_port_forward_is_refused_without_spdy() {
-    let (_env, host, kubelet, _client) = setup().await;
+    let (host, kubelet, _client) = setup().await;
     let child = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(host.kubeconfig_path())

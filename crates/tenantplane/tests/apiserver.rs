@@ -18,7 +18,7 @@ use tenantplane_core::kinds::{GroupKind, Scope};
 use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::provenance::reverse_lookup;
 use tenantplane_core::transform::{TenantTarget, to_host};
-use tenantplane_testenv::{ApiServer, TestEnv};
+use tenantplane_testenv::PooledServer;
 
 async fn create_namespace(client: &Client, name: &str) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -79,19 +79,15 @@ async fn create_yaml_documents(client: &Client, yaml: &str) -> Vec<DynamicObject
     created
 }
 
-async fn server_with_crds() -> (TestEnv, ApiServer, Client) {
-    let env = TestEnv::start_shared().await.expect("etcd");
-    let server = env
-        .start_apiserver_with_crds("host", tenantplane_api::crds())
-        .await
-        .expect("apiserver with CRDs");
+async fn server_with_crds() -> (PooledServer, Client) {
+    let server = crate::servers::host_with_crds().await;
     let client = server.client().await.expect("client");
-    (env, server, client)
+    (server, client)
 }
 
 #[tokio::test]
 async fn crds_install_and_the_samples_are_accepted() {
-    let (_env, _server, client) = server_with_crds().await;
+    let (_server, client) = server_with_crds().await;
     // The samples create the namespaces they live in.
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/samples");
     let mut kinds = Vec::new();
@@ -165,7 +161,7 @@ async fn crds_install_and_the_samples_are_accepted() {
 
 #[tokio::test]
 async fn invalid_specs_are_refused_by_the_server() {
-    let (_env, _server, client) = server_with_crds().await;
+    let (_server, client) = server_with_crds().await;
     create_namespace(&client, "team-dev").await;
     let tc = |spec: Value| {
         json!({
@@ -301,7 +297,7 @@ fn string_map(value: &Value) -> BTreeMap<String, String> {
 
 #[tokio::test]
 async fn transformed_objects_are_created_with_the_predicted_names_and_metadata() {
-    let (_env, _server, client) = server_with_crds().await;
+    let (_server, client) = server_with_crds().await;
     create_namespace(&client, "team-dev").await;
     let target = TenantTarget::new("dev", "team-dev").unwrap();
     let objects = tricky_objects();
@@ -392,8 +388,7 @@ async fn transformed_objects_are_created_with_the_predicted_names_and_metadata()
 
 #[tokio::test]
 async fn rendered_isolation_objects_apply_to_the_api_server() {
-    let env = TestEnv::start_shared().await.expect("etcd");
-    let server = env.start_apiserver("host").await.expect("apiserver");
+    let server = crate::servers::host().await;
     let client = server.client().await.expect("client");
     create_namespace(&client, "team-dev").await;
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenantplane"))

@@ -15,7 +15,7 @@ use serde_json::json;
 use tenantplane_core::kinds::{GroupKind, Scope};
 use tenantplane_core::transform::{TenantTarget, to_host};
 use tenantplane_testenv::eventually as eventually_within;
-use tenantplane_testenv::{ApiServer, TestEnv, gadget_crd, http_get};
+use tenantplane_testenv::{ApiServer, PooledServer, gadget_crd, http_get};
 
 fn tenantplane(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tenantplane"))
@@ -67,11 +67,8 @@ async fn create_configmap(client: &Client, namespace: &str, name: &str) {
         .unwrap();
 }
 
-async fn host_with_crds(env: &TestEnv) -> (ApiServer, Client) {
-    let server = env
-        .start_apiserver_with_crds("host", tenantplane_api::crds())
-        .await
-        .unwrap();
+async fn host_with_crds() -> (PooledServer, Client) {
+    let server = crate::servers::host_with_crds().await;
     let client = server.client().await.unwrap();
     namespace(&client, "team-dev").await;
     (server, client)
@@ -79,8 +76,7 @@ async fn host_with_crds(env: &TestEnv) -> (ApiServer, Client) {
 
 #[tokio::test]
 async fn why_names_the_tenant_object_and_its_decisions() {
-    let env = TestEnv::start_shared().await.unwrap();
-    let (server, client) = host_with_crds(&env).await;
+    let (server, client) = host_with_crds().await;
     let kubeconfig = server.kubeconfig_path();
     let kubeconfig = kubeconfig.to_str().unwrap();
 
@@ -384,9 +380,8 @@ async fn sigterm(mut child: std::process::Child) -> std::process::ExitStatus {
 
 #[tokio::test]
 async fn the_controller_command_syncs_serves_metrics_and_stops_on_sigterm() {
-    let env = TestEnv::start_shared().await.unwrap();
-    let (host_server, host) = host_with_crds(&env).await;
-    let tenant_server = env.start_apiserver("tenant").await.unwrap();
+    let (host_server, host) = host_with_crds().await;
+    let tenant_server = crate::servers::tenant().await;
     let tenant = tenant_server.client().await.unwrap();
     attach_dev(
         &host,
@@ -472,9 +467,8 @@ async fn eventually<T, Fut: std::future::Future<Output = Option<T>>>(
 
 #[tokio::test]
 async fn why_shows_the_conflicts_the_controller_recorded() {
-    let env = TestEnv::start_shared().await.unwrap();
-    let (host_server, host) = host_with_crds(&env).await;
-    let tenant_server = env.start_apiserver("tenant").await.unwrap();
+    let (host_server, host) = host_with_crds().await;
+    let tenant_server = crate::servers::tenant().await;
     let tenant = tenant_server.client().await.unwrap();
     host_server.install_crds(vec![gadget_crd()]).await.unwrap();
     tenant_server

@@ -14,7 +14,6 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{DynamicObject, ObjectMeta, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tenantplane_testenv::TestEnv;
 
 fn tenantplane(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tenantplane"))
@@ -88,13 +87,8 @@ fn token(kubeconfig: &str) -> String {
 
 #[tokio::test]
 async fn connect_prints_and_merges_a_working_tenant_context() {
-    let env = TestEnv::start_shared().await.unwrap();
-    let host_server = env.start_apiserver("host").await.unwrap();
-    let tenant_server = env.start_apiserver("tenant").await.unwrap();
-    host_server
-        .install_crds(tenantplane_api::crds())
-        .await
-        .unwrap();
+    let host_server = crate::servers::host_with_crds().await;
+    let tenant_server = crate::servers::tenant().await;
     let host = host_server.client().await.unwrap();
     namespace(&host, "team-dev").await;
     namespace(&tenant_server.client().await.unwrap(), "only-in-tenant").await;

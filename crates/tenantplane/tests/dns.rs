@@ -15,7 +15,6 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use tenantplane_core::kinds::{GroupKind, Scope};
 use tenantplane_core::transform::{TenantTarget, to_host};
-use tenantplane_testenv::TestEnv;
 
 const HOST_NS: &str = "team";
 
@@ -189,8 +188,7 @@ fn cluster_ip(service: &Value) -> String {
 
 #[tokio::test]
 async fn dig_gets_the_tenants_records_and_never_another_tenants() {
-    let env = TestEnv::start_shared().await.unwrap();
-    let server = env.start_apiserver("host").await.unwrap();
+    let server = crate::servers::host().await;
     let client = server.client().await.unwrap();
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": HOST_NS}})).unwrap();
     Api::<Namespace>::all(client.clone())

@@ -14,7 +14,6 @@ use kube::api::{DynamicObject, GroupVersionKind, PostParams};
 use kube::discovery::{Scope, pinned_kind};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tenantplane_testenv::TestEnv;
 
 const SA: &str = "system:serviceaccount:tenantplane-system:tenantplane";
 
@@ -97,8 +96,7 @@ async fn allowed_for(client: &Client, service_account: &str, attributes: Value) 
 
 #[tokio::test]
 async fn every_install_object_is_accepted_and_the_controller_gets_only_what_it_needs() {
-    let env = TestEnv::start_shared().await.expect("etcd");
-    let server = env.start_apiserver("host").await.expect("apiserver");
+    let server = crate::servers::host().await;
     let client = server.client().await.unwrap();
     let mut crds = tenantplane_api::crds();
     crds.push(cert_manager_stand_in("Issuer", "issuers"));

@@ -12,7 +12,6 @@ use std::process::{Command, Output};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
-use tenantplane_testenv::TestEnv;
 
 fn deploy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
@@ -70,8 +69,7 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
 
 #[tokio::test]
 async fn base_and_overlays_render_with_kustomize_and_the_server_accepts_them() {
-    let env = TestEnv::start_shared().await.expect("etcd");
-    let server = env.start_apiserver("host").await.expect("apiserver");
+    let server = crate::servers::host().await;
     let mut crds = tenantplane_api::crds();
     crds.push(cert_manager_stand_in("Issuer", "issuers"));
     crds.push(cert_manager_stand_in("Certificate", "certificates"));

@@ -1,5 +1,7 @@
-//! The CLI's and binary's integration tests, one binary (see the engine's tests/main.rs for why):
-//! scripts/run-tests.sh runs one module per job.
+//! The CLI's and binary's integration tests, one binary (see the engine's tests/main.rs for why).
+//! scripts/run-tests.sh runs every module but the real node's as one process, so the
+//! pools of API servers in `servers` serve the tests of every module, not of one:
+//! run-tests: one process
 
 mod apiserver;
 mod cli;
@@ -14,6 +16,7 @@ mod provisioned;
 mod real_node;
 mod real_node_common;
 mod samples;
+mod servers;
 mod shards;
 mod status;
 mod up_real_node;

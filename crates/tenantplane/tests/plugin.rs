@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use serde_json::{Value, json};
-use tenantplane_testenv::TestEnv;
 
 /// A directory holding `kubectl-tenantplane -> tenantplane`, as a user installs it.
 fn plugin_dir() -> (tempfile::TempDir, PathBuf) {
@@ -93,9 +92,7 @@ fn completions_cover_every_subcommand_for_bash_zsh_and_fish() {
 
 #[tokio::test]
 async fn context_picks_the_kubeconfig_context_like_kubectl() {
-    let env = TestEnv::start_shared().await.unwrap();
-    let server = env.start_apiserver("host").await.unwrap();
-    server.install_crds(tenantplane_api::crds()).await.unwrap();
+    let server = crate::servers::host_with_crds().await;
     let client = server.client().await.unwrap();
     let ns = Namespace {
         metadata: ObjectMeta {

@@ -11,7 +11,6 @@ use std::process::{Command, Output};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
-use tenantplane_testenv::TestEnv;
 
 fn samples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/samples")
@@ -28,12 +27,7 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
 
 #[tokio::test]
 async fn every_sample_applies_with_kubectl_in_any_order() {
-    let env = TestEnv::start_shared().await.expect("etcd");
-    let server = env.start_apiserver("host").await.expect("apiserver");
-    server
-        .install_crds(tenantplane_api::crds())
-        .await
-        .expect("CRDs");
+    let server = crate::servers::host_with_crds().await;
     let kubeconfig = server.kubeconfig_path();
 
     let mut files: Vec<PathBuf> = std::fs::read_dir(samples_dir())

@@ -21,7 +21,7 @@ use serde_json::json;
 use tenantplane_core::naming::{SourceName, host_name};
 use tenantplane_core::sharding::{preferred_holder, shard_of};
 use tenantplane_testenv::{
-    ApiServer, RequestCounts, TestEnv, create_from_json, eventually, free_port, http_get,
+    ApiServer, RequestCounts, create_from_json, eventually, free_port, http_get,
 };
 
 const REPLICAS: [&str; 3] = ["replica-a", "replica-b", "replica-c"];
@@ -326,14 +326,9 @@ async fn one_create_per_copy(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_divide_the_tenant_clusters_and_take_over_from_a_dead_one() {
-    let env = TestEnv::start_shared().await.unwrap();
-    let host_server = env.start_apiserver("host").await.unwrap();
-    host_server
-        .install_crds(tenantplane_api::crds())
-        .await
-        .unwrap();
+    let host_server = crate::servers::host_with_crds().await;
     let host = host_server.client().await.unwrap();
-    let tenant_server = env.start_apiserver("tenant").await.unwrap();
+    let tenant_server = crate::servers::tenant().await;
     let tenant = tenant_server.client().await.unwrap();
     attach_all(&host, &tenant_server).await;
     tenant_configmap(&tenant, "before").await;

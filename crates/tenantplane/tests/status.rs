@@ -10,7 +10,6 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tenantplane_testenv::TestEnv;
 
 fn tenantplane(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tenantplane"))
@@ -56,9 +55,7 @@ fn ago(minutes: i64) -> String {
 
 #[tokio::test]
 async fn status_shows_tenant_clusters_and_tenants_as_table_and_json() {
-    let env = TestEnv::start_shared().await.unwrap();
-    let server = env.start_apiserver("host").await.unwrap();
-    server.install_crds(tenantplane_api::crds()).await.unwrap();
+    let server = crate::servers::host_with_crds().await;
     let client = server.client().await.unwrap();
     for ns in ["team-dev", "team-ops"] {
         let ns = Namespace {

@@ -87,8 +87,7 @@ fn tenant_cluster(name: &str, version: &str) -> TenantCluster {
 #[tokio::test]
 async fn webhook_metrics_count_denials_and_latency_of_real_admission_calls() {
     let env = TestEnv::start_shared().await.unwrap();
-    let server = env.start_apiserver("host").await.unwrap();
-    server.install_crds(tenantplane_api::crds()).await.unwrap();
+    let server = crate::servers::host_with_crds().await;
     let client = server.client().await.unwrap();
     Api::<Namespace>::all(client.clone())
         .create(

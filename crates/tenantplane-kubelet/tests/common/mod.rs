@@ -19,7 +19,9 @@ use tenantplane_engine::controller::{self, ControllerConfig};
 use tenantplane_engine::decisions::DecisionRoutes;
 use tenantplane_engine::metrics::Metrics;
 use tenantplane_kubelet::{KubeletState, ServingCert, SharedRegistry};
-use tenantplane_testenv::{ApiServerOptions, IssuedCert, TestEnv, TestKubelet};
+use tenantplane_testenv::{
+    ApiServerOptions, IssuedCert, PooledServer, ServerPool, TestEnv, TestKubelet,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -44,6 +46,54 @@ pub struct World {
     pub controller: tokio::task::JoinHandle<()>,
 }
 
+/// The certificate every tenant API server of this binary presents to the kubelet
+/// endpoint, its files in the directory of an environment kept for the process: one
+/// for all, so the tenant servers' flags are the same and later ones start on the
+/// first one's storage.
+async fn kubelet_client_cert() -> &'static (TestEnv, IssuedCert) {
+    static CERT: tokio::sync::OnceCell<(TestEnv, IssuedCert)> = tokio::sync::OnceCell::const_new();
+    CERT.get_or_init(|| async {
+        let env = TestEnv::start_shared().await.expect("etcd");
+        env.remove_dir_at_exit()
+            .expect("a directory removed at exit");
+        let cert = env
+            .ca()
+            .issue(&["tenant-apiserver-kubelet-client"])
+            .expect("cert");
+        let dir = env.root().join("kubelet-client");
+        std::fs::create_dir_all(&dir).expect("kubelet-client directory");
+        std::fs::write(dir.join("tls.crt"), &cert.cert_pem).expect("tls.crt");
+        std::fs::write(dir.join("tls.key"), &cert.key_pem).expect("tls.key");
+        (env, cert)
+    })
+    .await
+}
+
+/// Tenant API servers that present [`kubelet_client_cert`], with [`tenant_crds`],
+/// handed on from test to test as the harness's pools are.
+static KUBELET_TENANT_POOL: ServerPool = ServerPool::new();
+
+async fn pooled_kubelet_tenant() -> PooledServer {
+    KUBELET_TENANT_POOL
+        .take(|| async {
+            let env = TestEnv::start_shared().await?;
+            let dir = kubelet_client_cert().await.0.root().join("kubelet-client");
+            let mut options = ApiServerOptions::new("tenant");
+            options.crds = tenant_crds();
+            options.extra_args = vec![
+                format!(
+                    "--kubelet-client-certificate={}",
+                    dir.join("tls.crt").display()
+                ),
+                format!("--kubelet-client-key={}", dir.join("tls.key").display()),
+            ];
+            let server = env.start_apiserver_with(options).await?;
+            Ok((env, server))
+        })
+        .await
+        .expect("tenant")
+}
+
 impl World {
     /// Servers, policy `pods`, tenant namespace `shop`, TenantCluster `dev` naming
     /// its kubelet client certificate, the controller and the endpoint.
@@ -53,25 +103,9 @@ impl World {
             .with_test_writer()
             .try_init();
         let env = TestEnv::start_shared().await.expect("etcd");
-        let host_server = env.start_apiserver("host").await.expect("host");
-        let client_cert = env
-            .ca()
-            .issue(&["tenant-apiserver-kubelet-client"])
-            .unwrap();
-        let dir = env.root().join("kubelet-client");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("tls.crt"), &client_cert.cert_pem).unwrap();
-        std::fs::write(dir.join("tls.key"), &client_cert.key_pem).unwrap();
-        let mut options = ApiServerOptions::new("tenant");
-        options.extra_args = vec![
-            format!(
-                "--kubelet-client-certificate={}",
-                dir.join("tls.crt").display()
-            ),
-            format!("--kubelet-client-key={}", dir.join("tls.key").display()),
-        ];
-        let tenant_server = env.start_apiserver_with(options).await.expect("tenant");
-        let h = Harness::attach(env, host_server, tenant_server).await;
+        let client_cert = kubelet_client_cert().await.1.clone();
+        let (host_server, tenant_server) = tokio::join!(pooled_host(), pooled_kubelet_tenant());
+        let h = Harness::set_up_with(env, host_server, tenant_server).await;
         create(&h.host, policy("pods", POD_KINDS, "2s")).await;
         create_namespace(&h.tenant, "shop").await;
         cert_secret(&h.host, KUBELET_SECRET, &client_cert.cert_pem).await;
