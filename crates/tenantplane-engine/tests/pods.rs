@@ -557,7 +557,19 @@ async fn a_pod_deleted_while_the_host_does_not_answer_is_released_after_the_boun
         "released after {:?}, before the bound",
         stopped.elapsed()
     );
-    drain(&mut controller.decisions, &mut seen);
+    // Each finalizer goes before its decision is sent: poll for the decisions too.
+    let decided_by = std::time::Instant::now() + DEADLINE;
+    loop {
+        drain(&mut controller.decisions, &mut seen);
+        let both = ["Pod", "ConfigMap"].iter().all(|kind| {
+            seen.iter()
+                .any(|d| d.kind == *kind && d.reason.contains("has not answered"))
+        });
+        if both || std::time::Instant::now() > decided_by {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     for kind in ["Pod", "ConfigMap"] {
         let released: Vec<_> = seen
             .iter()
