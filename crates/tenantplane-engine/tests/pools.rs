@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::harness::pooled_host;
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -19,7 +20,7 @@ use tenantplane_core::pool::{POOL_LABEL, quota_name};
 use tenantplane_core::quantity::exact_nanos;
 use tenantplane_engine::metrics::{Metrics, POOL_CONTROLLER, ResultLabels};
 use tenantplane_engine::pools;
-use tenantplane_testenv::{ApiServer, TestEnv};
+use tenantplane_testenv::{PooledServer, TestEnv};
 use tokio_util::sync::CancellationToken;
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -151,10 +152,10 @@ async fn quota_hard(client: &Client, ns: &str, pool: &str) -> Option<BTreeMap<St
     Some(q.spec?.hard?.into_iter().map(|(k, v)| (k, v.0)).collect())
 }
 
-async fn start() -> (TestEnv, ApiServer, Client) {
+/// A host with tenantplane's CRDs, handed on from test to test (see [`pooled_host`]).
+async fn start() -> (TestEnv, PooledServer, Client) {
     let env = TestEnv::start_shared().await.unwrap();
-    let server = env.start_apiserver("host").await.unwrap();
-    server.install_crds(tenantplane_api::crds()).await.unwrap();
+    let server = pooled_host().await;
     let client = server.client().await.unwrap();
     (env, server, client)
 }

@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::harness::{HOST_NS, create_namespace, eventually, play_statefulset_and_kubelet};
+use crate::harness::{
+    HOST_NS, create_namespace, eventually, play_statefulset_and_kubelet, pooled_host,
+};
 use base64::Engine as _;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
@@ -24,18 +26,15 @@ use tenantplane_engine::isolation::apply_isolation;
 use tenantplane_engine::provision::{
     ControlPlaneState, cleanup_control_plane, ensure_control_plane, in_cluster_endpoint,
 };
-use tenantplane_testenv::{ApiServer, TestEnv};
+use tenantplane_testenv::{ApiServer, PooledServer, TestEnv};
 
 const CP_NS: &str = "team-dev-cp";
 
-async fn server() -> (TestEnv, ApiServer, Client) {
+/// A host with tenantplane's CRDs, handed on from test to test (see [`pooled_host`]).
+async fn server() -> (TestEnv, PooledServer, Client) {
     let env = TestEnv::start_shared().await.expect("etcd");
-    let server = env.start_apiserver("host").await.expect("apiserver");
+    let server = pooled_host().await;
     let client = server.client().await.expect("client");
-    server
-        .install_crds(tenantplane_api::crds())
-        .await
-        .expect("CRDs");
     create_namespace(&client, HOST_NS).await;
     (env, server, client)
 }

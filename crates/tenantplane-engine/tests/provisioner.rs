@@ -17,7 +17,6 @@ use tenantplane_core::provisioner::{PROVISIONER_NAME, ProbeTarget};
 use tenantplane_engine::provisioner::{
     BindingError, BindingWrite, ProbeError, probe_healthz, sync_binding,
 };
-use tenantplane_testenv::TestEnv;
 
 fn user(name: &str) -> Subject {
     Subject {
@@ -30,8 +29,7 @@ fn user(name: &str) -> Subject {
 
 #[tokio::test]
 async fn the_binding_is_written_only_when_it_differs_and_a_foreign_one_never() {
-    let env = TestEnv::start_shared().await.expect("etcd");
-    let server = env.start_apiserver("host").await.expect("apiserver");
+    let server = crate::harness::pooled_host().await;
     let host = server.client().await.unwrap();
     let bindings: Api<ClusterRoleBinding> = Api::all(host.clone());
 

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::harness::{eventually, eventually_within};
+use crate::harness::{eventually, eventually_within, pooled_host};
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
@@ -23,7 +23,7 @@ use tenantplane_core::tenancy::owner_reference;
 use tenantplane_core::tenant_plan::child_selector;
 use tenantplane_engine::metrics::Metrics;
 use tenantplane_engine::tenancy::{self, TenantControllerConfig};
-use tenantplane_testenv::{ApiServer, ApiServerOptions, ControllerManager, TestEnv};
+use tenantplane_testenv::{ApiServer, ControllerManager, PooledServer, TestEnv};
 use tokio_util::sync::CancellationToken;
 
 /// The first grant of each test waits for kube-controller-manager, started with
@@ -59,22 +59,17 @@ impl Running {
 
 struct Cluster {
     _env: TestEnv,
-    server: ApiServer,
+    server: PooledServer,
     _kcm: ControllerManager,
     host: Client,
 }
 
 async fn cluster() -> Cluster {
     let env = TestEnv::start_shared().await.expect("etcd");
-    let server = env
-        .start_apiserver_with(ApiServerOptions::new("host"))
-        .await
-        .expect("apiserver");
+    // Handed on from test to test (see `pooled_host`); a server that
+    // kube-controller-manager changed beyond what a reset undoes is not.
+    let server = pooled_host().await;
     let host = server.client().await.expect("client");
-    server
-        .install_crds(tenantplane_api::crds())
-        .await
-        .expect("CRDs");
     let kcm = env
         .start_controller_manager(&server)
         .expect("kube-controller-manager");

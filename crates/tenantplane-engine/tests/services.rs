@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::harness::*;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
-use tenantplane_testenv::{ApiServerOptions, TestEnv};
+use tenantplane_testenv::{ApiServerOptions, PooledServer, TestEnv};
 
 fn service(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
@@ -223,13 +223,10 @@ async fn a_tenant_api_server_on_another_service_cidr_is_a_condition_and_a_skip_n
         .extra_args
         .push("--service-cluster-ip-range=10.200.0.0/16".into());
     // Both at once, as `Harness::start` does.
-    let (host_server, tenant_server) = tokio::join!(
-        env.start_apiserver_with_crds("host", host_crds()),
-        env.start_apiserver_with(options),
-    );
-    let host_server = host_server.expect("host");
-    let tenant_server = tenant_server.expect("tenant");
-    let h = Harness::set_up(env, host_server, tenant_server).await;
+    let (host_server, tenant_server) =
+        tokio::join!(pooled_host(), env.start_apiserver_with(options));
+    let tenant_server = PooledServer::own(tenant_server.expect("tenant"));
+    let h = Harness::set_up_with(env, host_server, tenant_server).await;
     let controller = Controller::start(&h.host).await;
     h.create_dev().await;
     create(

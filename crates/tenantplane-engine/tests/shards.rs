@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::harness::pooled_host;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ListParams, PostParams};
@@ -17,7 +18,7 @@ use kube::{Api, Client, ResourceExt};
 use tenantplane_core::sharding::preferred_holder;
 use tenantplane_engine::metrics::Metrics;
 use tenantplane_engine::shards::{self, LABEL_SHARD, LABEL_SHARD_GROUP, ShardConfig, ShardGates};
-use tenantplane_testenv::{TestEnv, eventually};
+use tenantplane_testenv::{PooledServer, TestEnv, eventually};
 use tokio_util::sync::CancellationToken;
 
 const NAMESPACE: &str = "tenantplane-system";
@@ -92,9 +93,10 @@ fn wanted(count: u32, live: &[&str]) -> BTreeMap<u32, String> {
         .collect()
 }
 
-async fn host() -> (TestEnv, tenantplane_testenv::ApiServer, Client) {
+/// A host handed on from test to test (see [`pooled_host`]).
+async fn host() -> (TestEnv, PooledServer, Client) {
     let env = TestEnv::start_shared().await.unwrap();
-    let server = env.start_apiserver("host").await.unwrap();
+    let server = pooled_host().await;
     let client = server.client().await.unwrap();
     Api::<Namespace>::all(client.clone())
         .create(
