@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::harness::eventually;
+use crate::harness::{eventually, pooled_host};
 use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
@@ -24,7 +24,7 @@ use tenantplane_core::tenant_plan::child_selector;
 use tenantplane_engine::metrics::{Metrics, ResultLabels, TENANT_CONTROLLER};
 use tenantplane_engine::tenancy::{self, TenantControllerConfig};
 use tenantplane_testenv::{
-    ApiServer, ApiServerOptions, RequestCounts, TestEnv, TestUser, WRITE_VERBS,
+    ApiServer, ApiServerOptions, PooledServer, RequestCounts, TestEnv, TestUser, WRITE_VERBS,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -70,16 +70,19 @@ impl Running {
     }
 }
 
-async fn server(users: &[&str]) -> (TestEnv, ApiServer, Client) {
+/// A host with tenantplane's CRDs and token users `users`: with none, one handed on
+/// from test to test (see [`pooled_host`]).
+async fn server(users: &[&str]) -> (TestEnv, PooledServer, Client) {
     let env = TestEnv::start_shared().await.expect("etcd");
-    let mut options = ApiServerOptions::new("host");
-    options.users = users.iter().map(|u| TestUser::new(u, &[])).collect();
-    let server = env.start_apiserver_with(options).await.expect("apiserver");
+    let server = if users.is_empty() {
+        pooled_host().await
+    } else {
+        let mut options = ApiServerOptions::new("host");
+        options.users = users.iter().map(|u| TestUser::new(u, &[])).collect();
+        options.crds = tenantplane_api::crds();
+        PooledServer::own(env.start_apiserver_with(options).await.expect("apiserver"))
+    };
     let client = server.client().await.expect("client");
-    server
-        .install_crds(tenantplane_api::crds())
-        .await
-        .expect("CRDs");
     (env, server, client)
 }
 
