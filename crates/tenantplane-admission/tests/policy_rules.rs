@@ -112,19 +112,12 @@ static SERVERS: ServerPool = ServerPool::new();
 /// namespace webhooks registered, and namespaces `acme-1` and `beta-1`.
 async fn start(acme_rules: Value, beta_rules: Value) -> Cluster {
     let env = TestEnv::start_shared().await.expect("etcd");
-    let server = SERVERS
-        .take(|| async {
-            let env = TestEnv::start_shared().await?;
-            let mut options = ApiServerOptions::new("policy-rules");
-            options.users.push(TestUser::new("alice", &[]));
-            options.users.push(TestUser::new("bob", &[]));
-            options.extra_args = vec![EPHEMERAL_GATE.to_owned()];
-            options.crds = tenantplane_api::crds();
-            let server = env.start_apiserver_with(options).await?;
-            Ok((env, server))
-        })
-        .await
-        .expect("apiserver");
+    let mut options = ApiServerOptions::new("policy-rules");
+    options.users.push(TestUser::new("alice", &[]));
+    options.users.push(TestUser::new("bob", &[]));
+    options.extra_args = vec![EPHEMERAL_GATE.to_owned()];
+    options.crds = tenantplane_api::crds();
+    let server = SERVERS.take_with(options).await.expect("apiserver");
     let admin = server.client().await.expect("admin client");
     let pp = PostParams::default();
     Api::<ClusterRole>::all(admin.clone())

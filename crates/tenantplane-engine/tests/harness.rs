@@ -23,7 +23,7 @@ use tenantplane_engine::decisions::TenantDecision;
 use tenantplane_engine::metrics::Metrics;
 use tenantplane_engine::tenant_dns::DnsDeployment;
 use tenantplane_testenv::poll::Attempt;
-use tenantplane_testenv::{ApiServer, PooledServer, ServerPool, TestEnv};
+use tenantplane_testenv::{ApiServer, ApiServerOptions, PooledServer, ServerPool, TestEnv};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -244,28 +244,16 @@ static HOST_POOL: ServerPool = ServerPool::new();
 
 /// A host API server with [`host_crds`], from [`HOST_POOL`].
 pub async fn pooled_host() -> PooledServer {
-    HOST_POOL
-        .take(|| async {
-            let env = TestEnv::start_shared().await?;
-            let server = env.start_apiserver_with_crds("host", host_crds()).await?;
-            Ok((env, server))
-        })
-        .await
-        .expect("host")
+    let mut options = ApiServerOptions::new("host");
+    options.crds = host_crds();
+    HOST_POOL.take_with(options).await.expect("host")
 }
 
 /// A tenant API server with [`tenant_crds`], from [`TENANT_POOL`].
 pub async fn pooled_tenant() -> PooledServer {
-    TENANT_POOL
-        .take(|| async {
-            let env = TestEnv::start_shared().await?;
-            let server = env
-                .start_apiserver_with_crds("tenant", tenant_crds())
-                .await?;
-            Ok((env, server))
-        })
-        .await
-        .expect("tenant")
+    let mut options = ApiServerOptions::new("tenant");
+    options.crds = tenant_crds();
+    TENANT_POOL.take_with(options).await.expect("tenant")
 }
 
 pub fn widget_crd(scope: &str) -> CustomResourceDefinition {

@@ -25,7 +25,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::discovery::{ApiResource, Discovery, Scope, verbs};
 use serde_json::json;
 
-use crate::{ApiServer, Error, Result, TestEnv};
+use crate::{ApiServer, ApiServerOptions, Error, Result, TestEnv};
 
 /// How long a reset may wait for deleted objects to be gone.
 const RESET_DEADLINE: Duration = Duration::from_secs(20);
@@ -107,6 +107,17 @@ impl ServerPool {
             },
             self,
         ))
+    }
+
+    /// [`Self::take`] for the usual pool: servers started with `options` on the
+    /// process's shared etcd ([`TestEnv::start_shared`]).
+    pub async fn take_with(&'static self, options: ApiServerOptions) -> Result<PooledServer> {
+        self.take(|| async move {
+            let env = TestEnv::start_shared().await?;
+            let server = env.start_apiserver_with(options).await?;
+            Ok((env, server))
+        })
+        .await
     }
 
     fn give_back(&self, idle: Idle) {

@@ -12,7 +12,7 @@ use kube::api::{AttachParams, LogParams, PostParams};
 use kube::{Api, Client};
 use tenantplane_testenv::test_kubelet::stream::SPDY_REFUSAL;
 use tenantplane_testenv::{
-    PooledServer, RecordedRequest, ServerPool, TestEnv, TestKubelet, TestKubeletOptions,
+    ApiServerOptions, PooledServer, RecordedRequest, ServerPool, TestKubelet, TestKubeletOptions,
 };
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt, AsyncWriteExt};
 
@@ -35,11 +35,7 @@ static HOSTS: ServerPool = ServerPool::new();
 
 async fn host() -> PooledServer {
     HOSTS
-        .take(|| async {
-            let env = TestEnv::start_shared().await?;
-            let server = env.start_apiserver("host").await?;
-            Ok((env, server))
-        })
+        .take_with(ApiServerOptions::new("host"))
         .await
         .unwrap()
 }

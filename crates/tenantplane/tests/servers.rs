@@ -7,7 +7,7 @@
 #![allow(clippy::expect_used)]
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use tenantplane_testenv::{PooledServer, ServerPool, TestEnv};
+use tenantplane_testenv::{ApiServerOptions, PooledServer, ServerPool};
 
 static HOSTS: ServerPool = ServerPool::new();
 static HOSTS_WITH_CRDS: ServerPool = ServerPool::new();
@@ -18,13 +18,11 @@ async fn take(
     name: &str,
     crds: Vec<CustomResourceDefinition>,
 ) -> PooledServer {
-    pool.take(move || async move {
-        let env = TestEnv::start_shared().await?;
-        let server = env.start_apiserver_with_crds(name, crds).await?;
-        Ok((env, server))
-    })
-    .await
-    .unwrap_or_else(|err| panic!("a {name} API server: {err}"))
+    let mut options = ApiServerOptions::new(name);
+    options.crds = crds;
+    pool.take_with(options)
+        .await
+        .unwrap_or_else(|err| panic!("a {name} API server: {err}"))
 }
 
 /// A host API server with no CRDs.

@@ -74,22 +74,18 @@ async fn kubelet_client_cert() -> &'static (TestEnv, IssuedCert) {
 static KUBELET_TENANT_POOL: ServerPool = ServerPool::new();
 
 async fn pooled_kubelet_tenant() -> PooledServer {
+    let dir = kubelet_client_cert().await.0.root().join("kubelet-client");
+    let mut options = ApiServerOptions::new("tenant");
+    options.crds = tenant_crds();
+    options.extra_args = vec![
+        format!(
+            "--kubelet-client-certificate={}",
+            dir.join("tls.crt").display()
+        ),
+        format!("--kubelet-client-key={}", dir.join("tls.key").display()),
+    ];
     KUBELET_TENANT_POOL
-        .take(|| async {
-            let env = TestEnv::start_shared().await?;
-            let dir = kubelet_client_cert().await.0.root().join("kubelet-client");
-            let mut options = ApiServerOptions::new("tenant");
-            options.crds = tenant_crds();
-            options.extra_args = vec![
-                format!(
-                    "--kubelet-client-certificate={}",
-                    dir.join("tls.crt").display()
-                ),
-                format!("--kubelet-client-key={}", dir.join("tls.key").display()),
-            ];
-            let server = env.start_apiserver_with(options).await?;
-            Ok((env, server))
-        })
+        .take_with(options)
         .await
         .expect("tenant")
 }
